@@ -1,0 +1,222 @@
+package podworkers
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// recorder is a Syncer that records the calls it gets and answers from
+// per-pod scripts.
+type recorder struct {
+	mu       sync.Mutex
+	calls    []string
+	terminal map[types.UID]bool
+	requeue  time.Duration
+	failSync int
+	block    map[types.UID]chan struct{} // SyncTerminatingPod waits on it
+	changed  chan struct{}
+}
+
+func newRecorder() *recorder {
+	return &recorder{terminal: map[types.UID]bool{}, block: map[types.UID]chan struct{}{}, changed: make(chan struct{}, 100)}
+}
+
+func (r *recorder) note(s string) {
+	r.mu.Lock()
+	r.calls = append(r.calls, s)
+	r.mu.Unlock()
+	r.changed <- struct{}{}
+}
+
+func (r *recorder) SyncPod(_ context.Context, pod *v1.Pod) (bool, time.Duration, error) {
+	r.mu.Lock()
+	fail := r.failSync > 0
+	if fail {
+		r.failSync--
+	}
+	terminal, requeue := r.terminal[pod.UID], r.requeue
+	r.mu.Unlock()
+	r.note("sync " + string(pod.UID))
+	if fail {
+		return false, 0, errors.New("boom")
+	}
+	return terminal, requeue, nil
+}
+
+func (r *recorder) SyncTerminatingPod(_ context.Context, pod *v1.Pod, grace *int64) error {
+	r.mu.Lock()
+	ch := r.block[pod.UID]
+	r.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+	g := "nil"
+	if grace != nil {
+		g = time.Duration(*grace * int64(time.Second)).String()
+	}
+	r.note("terminating " + string(pod.UID) + " " + g)
+	return nil
+}
+
+func (r *recorder) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
+	r.note("terminated " + string(pod.UID))
+	return nil
+}
+
+func (r *recorder) snapshot() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.calls...)
+}
+
+// waitCalls waits (generously) until the recorder has seen n calls.
+func (r *recorder) waitCalls(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		if got := r.snapshot(); len(got) >= n {
+			return got
+		}
+		select {
+		case <-r.changed:
+		case <-deadline:
+			t.Fatalf("wanted %d calls, got %v", n, r.snapshot())
+		}
+	}
+}
+
+func pod(uid, name string) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Name: name, Namespace: "default"}}
+}
+
+func newWorkers(t *testing.T, r *recorder) (*Workers, *clocktesting.FakeClock) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	w := New(ctx, Config{Syncer: r, Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ResyncInterval: time.Minute, RetryInterval: time.Second})
+	t.Cleanup(func() { cancel(); w.Wait() })
+	return w, clk
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestTerminalPodIsTerminatedOnceAndNeverSyncedAgain(t *testing.T) {
+	r := newRecorder()
+	r.terminal["a"] = true
+	w, _ := newWorkers(t, r)
+	w.UpdatePod(pod("a", "job"))
+	got := r.waitCalls(t, 3)
+	want := []string{"sync a", "terminating a nil", "terminated a"}
+	if !equal(got, want) {
+		t.Fatalf("calls = %v, want %v", got, want)
+	}
+	w.UpdatePod(pod("a", "job"))
+	w.Resync("a")
+	if p, _ := w.Phase("a"); p != Terminated {
+		t.Fatalf("phase = %v, want terminated", p)
+	}
+	if !w.Forget("a") {
+		t.Fatal("Forget refused a terminated pod")
+	}
+	if got := r.snapshot(); !equal(got, want) {
+		t.Fatalf("a terminated pod was acted on again: %v", got)
+	}
+}
+
+func TestKillUsesGracePeriodAndForgetWaitsForTermination(t *testing.T) {
+	r := newRecorder()
+	release := make(chan struct{})
+	r.block["a"] = release
+	w, _ := newWorkers(t, r)
+	w.UpdatePod(pod("a", "web"))
+	r.waitCalls(t, 1)
+	grace := int64(5)
+	w.KillPod(pod("a", "web"), &grace)
+	// Termination is blocked: the worker must refuse to be forgotten.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if p, _ := w.Phase("a"); p == Terminating {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("worker never started terminating")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if w.Forget("a") {
+		t.Fatal("Forget dropped a pod that is still terminating")
+	}
+	close(release)
+	got := r.waitCalls(t, 3)
+	want := []string{"sync a", "terminating a 5s", "terminated a"}
+	if !equal(got, want) {
+		t.Fatalf("calls = %v, want %v", got, want)
+	}
+}
+
+func TestNamesakeWaitsForOldPodToTerminate(t *testing.T) {
+	r := newRecorder()
+	release := make(chan struct{})
+	r.block["old"] = release
+	w, _ := newWorkers(t, r)
+	w.UpdatePod(pod("old", "web"))
+	r.waitCalls(t, 1)
+	w.KillPod(pod("old", "web"), nil)
+	w.UpdatePod(pod("new", "web")) // the manifest changed: same name, new UID
+	close(release)
+	got := r.waitCalls(t, 4)
+	want := []string{"sync old", "terminating old nil", "terminated old", "sync new"}
+	if !equal(got, want) {
+		t.Fatalf("calls = %v, want %v (the new pod must start after the old one is gone)", got, want)
+	}
+}
+
+func TestRequeueAndRetryFollowTheClock(t *testing.T) {
+	r := newRecorder()
+	r.requeue = 10 * time.Second
+	r.failSync = 1
+	w, clk := newWorkers(t, r)
+	w.UpdatePod(pod("a", "web"))
+	r.waitCalls(t, 1) // fails
+	waitForTimer(t, clk)
+	clk.Step(time.Second) // RetryInterval
+	r.waitCalls(t, 2)     // succeeds, asks for 10s
+	waitForTimer(t, clk)
+	clk.Step(9 * time.Second)
+	if got := r.snapshot(); len(got) != 2 {
+		t.Fatalf("synced before the requeue delay: %v", got)
+	}
+	clk.Step(time.Second)
+	r.waitCalls(t, 3)
+}
+
+func waitForTimer(t *testing.T, clk *clocktesting.FakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("worker never armed its timer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
