@@ -41,8 +41,16 @@ func (p *printer) follow(ctx context.Context, path string, f *os.File) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-events:
-		case <-errs:
+		case _, ok := <-events:
+			if !ok {
+				events = nil // watcher gone: rely on polling
+			}
+		case _, ok := <-errs:
+			// Lost events (queue overflow) only delay us until the next
+			// poll; nothing to do but read again.
+			if !ok {
+				errs = nil
+			}
 		case <-ticker.C():
 		}
 		next, err := p.reopenIfReplaced(path, f)
