@@ -1,0 +1,362 @@
+// Package harness runs the real minilet binary for end-to-end tests: it
+// builds the binary once, starts agents with their own root dir, manifest
+// dir, cgroup root and free port, and reads their HTTP API.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Deadline is how long a test waits for a condition. It is generous on
+// purpose: CI machines are small and run packages in parallel.
+const Deadline = 60 * time.Second
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds ./cmd/minilet once per test process and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "minilet-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "minilet")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/minilet")
+		cmd.Dir = repoRoot()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Agent is one running minilet.
+type Agent struct {
+	t           testing.TB
+	RootDir     string
+	ManifestDir string
+	CgroupRoot  string
+	PluginDir   string
+	NodeName    string
+	ExtraArgs   []string
+	Addr        string // http://host:port once started
+
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+	mu   sync.Mutex
+	done chan struct{}
+}
+
+// New prepares an agent with fresh directories; Start runs it. Cleanup
+// stops the agent and kills every pod it left behind.
+func New(t testing.TB) *Agent {
+	t.Helper()
+	base, err := os.MkdirTemp("", "mlt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := fmt.Sprintf("e2e-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	a := &Agent{
+		t:           t,
+		RootDir:     filepath.Join(base, "root"),
+		ManifestDir: filepath.Join(base, "manifests"),
+		PluginDir:   filepath.Join(base, "dp"),
+		CgroupRoot:  "/minilet-" + marker,
+		NodeName:    "node-" + fmt.Sprint(os.Getpid()%10000),
+	}
+	for _, d := range []string{a.RootDir, a.ManifestDir, a.PluginDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		a.Stop()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", a.Logs())
+		}
+		a.killPods()
+		_ = os.RemoveAll(base)
+	})
+	return a
+}
+
+// Start runs the agent and waits until its API answers.
+func (a *Agent) Start() {
+	a.t.Helper()
+	bin := Binary(a.t)
+	_ = os.Remove(filepath.Join(a.RootDir, "minilet.addr"))
+	args := []string{"run",
+		"--root-dir", a.RootDir,
+		"--pod-manifest-path", a.ManifestDir,
+		"--read-only-port", "0",
+		"--cgroup-root", a.CgroupRoot,
+		"--device-plugin-dir", a.PluginDir,
+		"--hostname-override", a.NodeName,
+		"--log-level", "debug",
+	}
+	args = append(args, a.ExtraArgs...)
+	a.logs = &bytes.Buffer{}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = &lockedWriter{a: a}
+	cmd.Stderr = &lockedWriter{a: a}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
+	a.cmd = cmd
+	a.done = make(chan struct{})
+	go func() { _ = cmd.Wait(); close(a.done) }()
+	a.Eventually("the agent's API answers", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(a.RootDir, "minilet.addr"))
+		if err != nil {
+			select {
+			case <-a.done:
+				a.t.Fatalf("agent exited early:\n%s", a.Logs())
+			default:
+			}
+			return false, err.Error()
+		}
+		a.Addr = "http://" + strings.TrimSpace(string(b))
+		resp, err := http.Get(a.Addr + "/healthz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, resp.Status
+	})
+}
+
+type lockedWriter struct{ a *Agent }
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.a.mu.Lock()
+	defer w.a.mu.Unlock()
+	return w.a.logs.Write(p)
+}
+
+// Logs returns what the agent printed so far.
+func (a *Agent) Logs() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.logs == nil {
+		return ""
+	}
+	return a.logs.String()
+}
+
+// Stop ends the agent (SIGTERM, then SIGKILL after 20 s). Pods keep
+// running: agent shutdown is not pod death.
+func (a *Agent) Stop() {
+	if a.cmd == nil {
+		return
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
+		<-a.done
+	}
+	a.cmd = nil
+}
+
+// killPods kills every process left in the agent's cgroup root and removes
+// the cgroups, so tests do not leak pods into each other.
+func (a *Agent) killPods() {
+	for _, ctrl := range []string{"memory", "cpu", "cpuacct", "pids", "cpuset", "blkio", "devices", "freezer", "hugetlb", "net_cls", "perf_event", "systemd"} {
+		root := filepath.Join("/sys/fs/cgroup", ctrl, a.CgroupRoot)
+		if _, err := os.Stat(root); err != nil {
+			continue
+		}
+		var dirs []string
+		_ = filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+			if err == nil && info.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			killProcs(dirs[i])
+			for j := 0; j < 50; j++ {
+				if err := os.Remove(dirs[i]); err == nil || os.IsNotExist(err) {
+					break
+				}
+				killProcs(dirs[i])
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	// Monitors live outside pod cgroups; they carry the root dir in their
+	// environment. Kill those that belong to this agent.
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid := 0
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid <= 1 {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err == nil && bytes.Contains(env, []byte(a.RootDir)) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(cmdline, []byte(a.RootDir)) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func killProcs(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(b)) {
+		pid := 0
+		if _, err := fmt.Sscan(f, &pid); err == nil && pid > 1 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// WriteManifest writes a manifest file into the agent's manifest dir.
+func (a *Agent) WriteManifest(name, content string) {
+	a.t.Helper()
+	tmp := filepath.Join(a.ManifestDir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		a.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(a.ManifestDir, name)); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// RemoveManifest deletes a manifest file.
+func (a *Agent) RemoveManifest(name string) {
+	a.t.Helper()
+	if err := os.Remove(filepath.Join(a.ManifestDir, name)); err != nil {
+		a.t.Fatal(err)
+	}
+}
+
+// Get fetches path from the agent's API and decodes JSON into out.
+func (a *Agent) Get(path string, out any) error {
+	resp, err := http.Get(a.Addr + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, body)
+	}
+	if s, ok := out.(*string); ok {
+		*s = string(body)
+		return nil
+	}
+	return json.Unmarshal(body, out)
+}
+
+// Pods returns the agent's pods.
+func (a *Agent) Pods() []v1.Pod {
+	var list v1.PodList
+	if err := a.Get("/pods", &list); err != nil {
+		a.t.Logf("GET /pods: %v", err)
+		return nil
+	}
+	return list.Items
+}
+
+// Pod returns the pod with the given name (as listed, e.g. NAME-NODENAME).
+func (a *Agent) Pod(name string) (v1.Pod, bool) {
+	for _, p := range a.Pods() {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return v1.Pod{}, false
+}
+
+// Static is the name the agent gives the static pod NAME.
+func (a *Agent) Static(name string) string { return name + "-" + a.NodeName }
+
+// Events returns the events recorded for a pod (NS/NAME), or all.
+func (a *Agent) Events(nsName string) []v1.Event {
+	var list v1.EventList
+	path := "/events"
+	if nsName != "" {
+		path += "?pod=" + nsName
+	}
+	if err := a.Get(path, &list); err != nil {
+		a.t.Logf("GET %s: %v", path, err)
+		return nil
+	}
+	return list.Items
+}
+
+// Eventually polls cond until it is true or Deadline passes; cond returns a
+// description of what it saw for the failure message.
+func (a *Agent) Eventually(what string, cond func() (bool, string)) {
+	a.t.Helper()
+	Eventually(a.t, what, cond)
+}
+
+// Eventually polls cond every 50 ms until it holds or Deadline passes.
+func Eventually(t testing.TB, what string, cond func() (bool, string)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), Deadline)
+	defer cancel()
+	last := ""
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		last = seen
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s; last seen: %s", what, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// CLI runs `minilet ARGS --server ADDR` and returns its output.
+func (a *Agent) CLI(args ...string) (string, error) {
+	args = append(args, "--server", a.Addr)
+	out, err := exec.Command(Binary(a.t), args...).CombinedOutput()
+	return string(out), err
+}
