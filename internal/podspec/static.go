@@ -66,7 +66,7 @@ func ContentUID(pod *v1.Pod, nodeName, sourcePath string) (types.UID, error) {
 	if err := writeCanonical(h, pod); err != nil {
 		return "", err
 	}
-	fmt.Fprintf(h, "\x00node:%s\x00source:%s", nodeName, sourcePath)
+	_, _ = fmt.Fprintf(h, "\x00node:%s\x00source:%s", nodeName, sourcePath) // hash writes never fail
 	return types.UID(hex.EncodeToString(h.Sum(nil))), nil
 }
 
