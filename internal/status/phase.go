@@ -1,0 +1,103 @@
+package status
+
+import (
+	v1 "k8s.io/api/core/v1"
+)
+
+// Phase computes the pod phase from its container statuses by the
+// kubelet's rules:
+//
+//   - Failed: an init container failed and the pod never restarts;
+//   - Pending: an init container is still to run (or a sidecar to start
+//     before any app container ran), or an app container waits for its
+//     first start, or the runtime knows nothing of a container yet;
+//   - Running: an app container runs, or all stopped but they will be
+//     restarted (Always; OnFailure after a failure);
+//   - Succeeded: all app containers stopped with exit code 0 and none will
+//     restart;
+//   - Failed: all stopped, one failed, and the pod never restarts.
+func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase {
+	pendingInit, failedInit, pendingSidecars := 0, 0, 0
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		cs := findStatus(initStatuses, c.Name)
+		if isSidecar(c) {
+			if cs == nil || cs.State.Running == nil || cs.Started == nil || !*cs.Started {
+				if cs == nil || cs.LastTerminationState.Terminated == nil && cs.State.Terminated == nil {
+					pendingSidecars++
+				}
+			}
+			continue
+		}
+		switch {
+		case cs == nil:
+			pendingInit++
+		case cs.State.Running != nil:
+			pendingInit++
+		case cs.State.Terminated != nil:
+			if cs.State.Terminated.ExitCode != 0 {
+				failedInit++
+			}
+		case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
+			if cs.LastTerminationState.Terminated.ExitCode != 0 {
+				failedInit++
+			}
+		default:
+			pendingInit++
+		}
+	}
+
+	unknown, running, waiting, stopped, succeeded := 0, 0, 0, 0, 0
+	for i := range pod.Spec.Containers {
+		cs := findStatus(statuses, pod.Spec.Containers[i].Name)
+		switch {
+		case cs == nil:
+			unknown++
+		case cs.State.Running != nil:
+			running++
+		case cs.State.Terminated != nil:
+			stopped++
+			if cs.State.Terminated.ExitCode == 0 {
+				succeeded++
+			}
+		case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
+			stopped++
+		case cs.State.Waiting != nil:
+			waiting++
+		default:
+			unknown++
+		}
+	}
+
+	policy := pod.Spec.RestartPolicy
+	if policy == "" {
+		policy = v1.RestartPolicyAlways
+	}
+	if failedInit > 0 && policy == v1.RestartPolicyNever {
+		return v1.PodFailed
+	}
+	appStarted := running+stopped > 0
+	switch {
+	case pendingInit > 0 || failedInit > 0 && !appStarted:
+		return v1.PodPending
+	case pendingSidecars > 0 && !appStarted:
+		return v1.PodPending
+	case waiting > 0:
+		return v1.PodPending
+	case running > 0 && unknown == 0:
+		return v1.PodRunning
+	case running == 0 && stopped > 0 && unknown == 0:
+		if policy == v1.RestartPolicyAlways {
+			return v1.PodRunning
+		}
+		if stopped == succeeded {
+			return v1.PodSucceeded
+		}
+		if policy == v1.RestartPolicyNever {
+			return v1.PodFailed
+		}
+		return v1.PodRunning
+	default:
+		return v1.PodPending
+	}
+}
