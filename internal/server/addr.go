@@ -1,0 +1,64 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/minilet/minilet/internal/errdefs"
+)
+
+// AddrFileName is the file under the agent's root dir that holds the URL of
+// its HTTP server, so the CLI finds a local agent listening on any port.
+const AddrFileName = "minilet.addr"
+
+// WriteAddrFile records the server's listen address (host:port) as a URL in
+// <rootDir>/minilet.addr, replacing the file atomically.
+func WriteAddrFile(rootDir, addr string) error {
+	if addr == "" {
+		return fmt.Errorf("write address file: empty address: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := os.MkdirAll(rootDir, 0o755); err != nil {
+		return fmt.Errorf("write address file: %w", err)
+	}
+	path := filepath.Join(rootDir, AddrFileName)
+	tmp, err := os.CreateTemp(rootDir, AddrFileName+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write address file: %w", err)
+	}
+	_, werr := tmp.WriteString("http://" + addr + "\n")
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("write address file %s: %w", path, err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("write address file %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		_ = os.Remove(tmp.Name())
+		return fmt.Errorf("write address file %s: %w", path, err)
+	}
+	return nil
+}
+
+// ReadAddrFile returns the URL recorded by WriteAddrFile, or an error
+// wrapping errdefs.ErrNotFound when there is none.
+func ReadAddrFile(rootDir string) (string, error) {
+	path := filepath.Join(rootDir, AddrFileName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("address file %s: %w", path, errdefs.ErrNotFound)
+		}
+		return "", fmt.Errorf("read address file %s: %w", path, err)
+	}
+	u := strings.TrimSpace(string(b))
+	if u == "" {
+		return "", fmt.Errorf("address file %s is empty: %w", path, errdefs.ErrNotFound)
+	}
+	return u, nil
+}

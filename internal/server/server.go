@@ -1,0 +1,190 @@
+// Package server is the agent's read-only HTTP API: pods, node, events,
+// container logs, stats, devices, images, health and metrics, all in
+// ordinary Kubernetes JSON. Errors from the providers are classified with
+// errdefs and translated to HTTP status codes here, and only here.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/minilet/minilet/internal/errdefs"
+)
+
+// DefaultShutdownTimeout bounds how long Serve waits for in-flight requests
+// once its context ends.
+const DefaultShutdownTimeout = 5 * time.Second
+
+// Config holds the server's providers and settings. Every provider may be
+// nil; its endpoints then answer 404 "not enabled".
+type Config struct {
+	Pods    PodLister
+	Node    NodeGetter
+	Events  EventLister
+	Logs    LogLocator
+	Stats   SummaryProvider
+	Devices DeviceLister
+	Images  ImageLister
+	// Gatherer is served on /metrics.
+	Gatherer prometheus.Gatherer
+	// Logger receives request errors. Default: discard.
+	Logger *slog.Logger
+	// ShutdownTimeout bounds graceful shutdown. Default DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// LogPollInterval bounds the wait between checks of a followed log
+	// file. Default logs.DefaultPollInterval.
+	LogPollInterval time.Duration
+}
+
+// Server is the HTTP API. Create it with New and run it with Serve.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	handler http.Handler
+}
+
+// New builds a server from cfg.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /pods", s.pods)
+	mux.HandleFunc("GET /node", s.node)
+	mux.HandleFunc("GET /events", s.events)
+	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
+	mux.HandleFunc("GET /stats/summary", s.summary)
+	mux.HandleFunc("GET /devices", s.devices)
+	mux.HandleFunc("GET /images", s.images)
+	if cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	} else {
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) { s.notEnabled(w, "metrics") })
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
+	})
+	s.handler = mux
+	return s
+}
+
+// Handler returns the server's HTTP handler, for embedding or tests.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve answers requests on ln until ctx ends, then shuts down gracefully:
+// streaming requests (followed logs) are cancelled, others get up to
+// ShutdownTimeout to finish. It returns nil after a shutdown caused by ctx,
+// or the error that stopped serving. Serve closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	reqCtx, cancelRequests := context.WithCancel(context.Background())
+	defer cancelRequests()
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	srv.RegisterOnShutdown(cancelRequests)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	shutErr := srv.Shutdown(shutCtx)
+	if shutErr != nil {
+		// Timed out: cut the remaining connections.
+		_ = srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http server on %s: %w", ln.Addr(), err)
+	}
+	if shutErr != nil {
+		return fmt.Errorf("http server on %s: shutdown: %w", ln.Addr(), shutErr)
+	}
+	return nil
+}
+
+// writeJSON writes v as JSON with status 200.
+func (s *Server) writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.writeError(w, fmt.Errorf("encode response: %w", err))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// writeError translates a classified error into a v1.Status response.
+func (s *Server) writeError(w http.ResponseWriter, err error) {
+	code, reason := classify(err)
+	if code >= 500 {
+		s.log.Warn("request failed", "err", err)
+	}
+	writeStatus(w, code, reason, err.Error())
+}
+
+func (s *Server) notEnabled(w http.ResponseWriter, what string) {
+	writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, what+" not enabled on this agent")
+}
+
+// classify maps errdefs classes to HTTP codes and Status reasons.
+func classify(err error) (int, metav1.StatusReason) {
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return http.StatusNotFound, metav1.StatusReasonNotFound
+	case errors.Is(err, errdefs.ErrInvalidArgument):
+		return http.StatusBadRequest, metav1.StatusReasonBadRequest
+	case errors.Is(err, errdefs.ErrAlreadyExists):
+		return http.StatusConflict, metav1.StatusReasonAlreadyExists
+	case errors.Is(err, errdefs.ErrConflict):
+		return http.StatusConflict, metav1.StatusReasonConflict
+	case errors.Is(err, errdefs.ErrUnavailable):
+		return http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable
+	case errors.Is(err, errdefs.ErrResourceExhausted):
+		return http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, metav1.StatusReasonTimeout
+	default:
+		return http.StatusInternalServerError, metav1.StatusReasonInternalError
+	}
+}
+
+// writeStatus writes a Kubernetes Status object as the error body.
+func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
+	st := metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure,
+		Message:  msg,
+		Reason:   reason,
+		Code:     int32(code),
+	}
+	b, _ := json.Marshal(st)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
