@@ -1,0 +1,52 @@
+// Package exec runs exec probes: a command inside the container, through
+// the runtime's ExecSync. Exit code 0 is success, anything else failure,
+// and a command that outlives the probe timeout is a failure too.
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/minilet/minilet/internal/prober/probe"
+)
+
+// Execer runs a command in a container and waits for it. The integrator
+// adapts the CRI RuntimeService.ExecSync to it. When the command outlives
+// timeout, ExecSync must return an error that wraps
+// context.DeadlineExceeded or ErrTimedOut.
+type Execer interface {
+	ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int32, err error)
+}
+
+// ErrTimedOut may be wrapped by an Execer to say the command timed out.
+var ErrTimedOut = errors.New("command timed out")
+
+// timeoutGrace is how much longer than the probe timeout the context given
+// to the Execer lives, so the runtime's own timeout fires first and the
+// context is only a backstop.
+const timeoutGrace = time.Second
+
+// Probe runs cmd in containerID and classifies the outcome. The output is
+// stdout followed by stderr, capped at probe.MaxOutput.
+func Probe(ctx context.Context, e Execer, containerID string, cmd []string, timeout time.Duration) (probe.Result, string, error) {
+	if len(cmd) == 0 {
+		return probe.Unknown, "", errors.New("exec probe: command is empty")
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+timeoutGrace)
+	defer cancel()
+	stdout, stderr, code, err := e.ExecSync(ctx, containerID, cmd, timeout)
+	out := append(probe.Truncate(stdout), stderr...)
+	output := string(probe.Truncate(out))
+	if err != nil {
+		if errors.Is(err, ErrTimedOut) || errors.Is(err, context.DeadlineExceeded) {
+			return probe.Failure, fmt.Sprintf("command %q timed out", cmd), nil
+		}
+		return probe.Unknown, output, fmt.Errorf("exec probe in container %s: %w", containerID, err)
+	}
+	if code != 0 {
+		return probe.Failure, output, nil
+	}
+	return probe.Success, output, nil
+}
