@@ -1,0 +1,318 @@
+package devicemanager
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/minilet/minilet/internal/errdefs"
+)
+
+// ReasonUnexpectedAdmissionError is the pod status reason (and Warning
+// event reason) for a pod whose devices could not be allocated.
+const ReasonUnexpectedAdmissionError = "UnexpectedAdmissionError"
+
+// AdmissionError is returned by Allocate when a pod cannot get its
+// devices. The agent marks the pod Failed with Reason() and Error() as the
+// message, and records a Warning event with the same words. It unwraps
+// to the cause, which is classified (errdefs.ErrResourceExhausted when
+// too few devices are free, ErrUnavailable when the plugin is not there
+// or failed, ErrInvalidArgument for a changed request).
+type AdmissionError struct {
+	Pod       types.UID
+	Container string
+	Resource  string
+	Err       error
+}
+
+// Error reads like the kubelet's admission message.
+func (e *AdmissionError) Error() string {
+	return "Allocate failed due to " + e.Err.Error() + ", which is unexpected"
+}
+
+// Unwrap returns the classified cause.
+func (e *AdmissionError) Unwrap() error { return e.Err }
+
+// Reason is the pod status reason for this failure.
+func (e *AdmissionError) Reason() string { return ReasonUnexpectedAdmissionError }
+
+// classified is an error whose message is exactly msg and which is its class.
+type classified struct {
+	msg   string
+	class error
+}
+
+func (c *classified) Error() string { return c.msg }
+func (c *classified) Unwrap() error { return c.class }
+
+func errorf(class error, format string, args ...any) error {
+	return &classified{msg: fmt.Sprintf(format, args...), class: class}
+}
+
+// Allocate gives the pod's containers the devices they ask for (in
+// resources.limits): init containers first, whose devices later
+// containers may reuse, then app containers. For each container and
+// resource the order is: what the container holds already (a restart),
+// devices of finished init containers, the plugin's preferred allocation
+// when it offers one, then free healthy devices in ID order. The plugin's
+// Allocate is called per container and its answer kept for RunOptions.
+// On failure nothing newly allocated for the pod is kept and the error is
+// an *AdmissionError.
+func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod) error {
+	if pod == nil {
+		return fmt.Errorf("device manager: allocate: pod is nil: %w", errdefs.ErrInvalidArgument)
+	}
+	m.allocMu.Lock()
+	defer m.allocMu.Unlock()
+
+	reusable := map[string]sets.Set[string]{} // resource → devices of init containers
+	type key struct{ container, resource string }
+	var added []key
+	fail := func(c *v1.Container, resourceName string, err error) error {
+		m.mu.Lock()
+		for _, k := range added {
+			m.podDevs.remove(pod.UID, k.container, k.resource)
+		}
+		if len(added) > 0 {
+			m.allocated = m.podDevs.inUse()
+			m.saveLocked()
+		}
+		m.mu.Unlock()
+		return &AdmissionError{Pod: pod.UID, Container: c.Name, Resource: resourceName, Err: err}
+	}
+	allocateContainer := func(c *v1.Container) error {
+		for _, name := range deviceRequests(c) {
+			q := c.Resources.Limits[v1.ResourceName(name)]
+			want := int(q.Value())
+			isNew, err := m.allocateOne(ctx, pod.UID, c.Name, name, want, reusable[name])
+			if err != nil {
+				return fail(c, name, err)
+			}
+			if isNew {
+				added = append(added, key{c.Name, name})
+			}
+		}
+		return nil
+	}
+
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if err := allocateContainer(c); err != nil {
+			return err
+		}
+		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+		m.mu.Lock()
+		for name, a := range m.podDevs.containerDevices(pod.UID, c.Name) {
+			if reusable[name] == nil {
+				reusable[name] = sets.New[string]()
+			}
+			if sidecar {
+				// A sidecar keeps running: its devices are not free for others.
+				reusable[name] = reusable[name].Difference(a.ids)
+			} else {
+				reusable[name] = reusable[name].Union(a.ids)
+			}
+		}
+		m.mu.Unlock()
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if err := allocateContainer(c); err != nil {
+			return err
+		}
+		m.mu.Lock()
+		for name, a := range m.podDevs.containerDevices(pod.UID, c.Name) {
+			if reusable[name] != nil {
+				reusable[name] = reusable[name].Difference(a.ids)
+			}
+		}
+		m.mu.Unlock()
+	}
+	if len(added) > 0 {
+		m.mu.Lock()
+		m.saveLocked()
+		m.mu.Unlock()
+	}
+	return nil
+}
+
+// deviceRequests lists the extended resources a container asks for, sorted.
+func deviceRequests(c *v1.Container) []string {
+	var out []string
+	for name, q := range c.Resources.Limits {
+		if isExtendedResourceName(string(name)) && q.Value() > 0 {
+			out = append(out, string(name))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// allocateOne makes sure one container holds want devices of one
+// resource. isNew is false when it held them already.
+func (m *Manager) allocateOne(ctx context.Context, pod types.UID, container, resourceName string, want int, reusable sets.Set[string]) (isNew bool, err error) {
+	m.mu.Lock()
+	if a := m.podDevs.get(pod, container, resourceName); a != nil {
+		m.mu.Unlock()
+		if a.ids.Len() != want {
+			return false, errorf(errdefs.ErrInvalidArgument, "pod %s container %q changed its request for %s from %d to %d",
+				pod, container, resourceName, a.ids.Len(), want)
+		}
+		return false, nil
+	}
+	e := m.endpoints[resourceName]
+	if e == nil {
+		m.mu.Unlock()
+		return false, errorf(errdefs.ErrUnavailable, "cannot allocate unregistered device %s", resourceName)
+	}
+	if !e.running() {
+		m.mu.Unlock()
+		return false, errorf(errdefs.ErrUnavailable, "device plugin for %s is not running", resourceName)
+	}
+	chosen := sets.New[string]()
+	take := func(from []string) bool {
+		for _, id := range from {
+			if chosen.Len() == want {
+				break
+			}
+			chosen.Insert(id)
+		}
+		return chosen.Len() == want
+	}
+	if take(sets.List(reusable)) {
+		m.mu.Unlock()
+		return m.finishAllocation(ctx, e, pod, container, resourceName, chosen)
+	}
+	available := idSet(m.devices[resourceName], true).Difference(m.allocated[resourceName]).Difference(chosen)
+	needed := want - chosen.Len()
+	if available.Len() < needed {
+		m.mu.Unlock()
+		return false, errorf(errdefs.ErrResourceExhausted, "requested number of devices unavailable for %s. Requested: %d, Available: %d",
+			resourceName, needed, available.Len())
+	}
+	preferredOffered := e.opts.GetGetPreferredAllocationAvailable()
+	m.mu.Unlock()
+
+	var preferred []string
+	if preferredOffered && available.Len() > needed {
+		// Ask outside the lock: ListAndWatch updates keep flowing meanwhile.
+		preferred, err = m.callPreferred(ctx, e, sets.List(available.Union(chosen)), sets.List(chosen), want)
+		if err != nil {
+			m.log.Warn("GetPreferredAllocation failed; picking devices in ID order",
+				"resource", resourceName, "pod", pod, "container", container, "err", err)
+		}
+	}
+	m.mu.Lock()
+	// Devices may have turned unhealthy while we asked.
+	available = idSet(m.devices[resourceName], true).Difference(m.allocated[resourceName]).Difference(chosen)
+	var fromPreferred []string
+	for _, id := range preferred {
+		if available.Has(id) {
+			fromPreferred = append(fromPreferred, id)
+		}
+	}
+	ok := take(fromPreferred) || take(sets.List(available))
+	m.mu.Unlock()
+	if !ok {
+		return false, errorf(errdefs.ErrResourceExhausted, "requested number of devices unavailable for %s. Requested: %d, Available: %d",
+			resourceName, needed, available.Len())
+	}
+	return m.finishAllocation(ctx, e, pod, container, resourceName, chosen)
+}
+
+// finishAllocation calls the plugin's Allocate and records the answer.
+func (m *Manager) finishAllocation(ctx context.Context, e *endpoint, pod types.UID, container, resourceName string, ids sets.Set[string]) (bool, error) {
+	resp, err := m.callAllocate(ctx, e, sets.List(ids))
+	if err != nil {
+		return false, errorf(errdefs.ErrUnavailable, "device plugin %s failed to allocate %v: %v", resourceName, sets.List(ids), err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.podDevs.set(pod, container, resourceName, &allocation{ids: ids, resp: resp})
+	if m.allocated[resourceName] == nil {
+		m.allocated[resourceName] = sets.New[string]()
+	}
+	m.allocated[resourceName].Insert(ids.UnsortedList()...)
+	m.log.Debug("devices allocated", "resource", resourceName, "pod", pod, "container", container, "devices", sets.List(ids))
+	return true, nil
+}
+
+// PreStart calls PreStartContainer on every plugin that asked for it, with
+// the devices the container holds. Call it right before the container
+// starts.
+func (m *Manager) PreStart(ctx context.Context, pod *v1.Pod, containerName string) error {
+	if pod == nil {
+		return fmt.Errorf("device manager: pre-start: pod is nil: %w", errdefs.ErrInvalidArgument)
+	}
+	type call struct {
+		e   *endpoint
+		ids []string
+	}
+	var calls []call
+	m.mu.Lock()
+	held := m.podDevs.containerDevices(pod.UID, containerName)
+	for _, name := range sortedKeys(held) {
+		e := m.endpoints[name]
+		if e == nil || !e.opts.GetPreStartRequired() {
+			continue
+		}
+		if !e.running() {
+			m.mu.Unlock()
+			return fmt.Errorf("device manager: pre-start of %s/%s container %q: device plugin for %s is not running: %w",
+				pod.Namespace, pod.Name, containerName, name, errdefs.ErrUnavailable)
+		}
+		calls = append(calls, call{e, sets.List(held[name].ids)})
+	}
+	m.mu.Unlock()
+	for _, c := range calls {
+		cctx, cancel := context.WithTimeout(ctx, m.cfg.RPCTimeout)
+		_, err := c.e.client.PreStartContainer(cctx, &pluginapi.PreStartContainerRequest{DevicesIds: c.ids})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("device manager: PreStartContainer of %s for %s/%s container %q: %v: %w",
+				c.e.resource, pod.Namespace, pod.Name, containerName, err, errdefs.ErrUnavailable)
+		}
+	}
+	return nil
+}
+
+// RemovePod frees every device the pod holds.
+func (m *Manager) RemovePod(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.podDevs[uid]; !ok {
+		return
+	}
+	delete(m.podDevs, uid)
+	m.allocated = m.podDevs.inUse()
+	m.saveLocked()
+}
+
+// UpdateAllocatedDevices frees the devices of every pod not in active.
+// Call it from housekeeping once all pod sources have been seen.
+func (m *Manager) UpdateAllocatedDevices(active []*v1.Pod) {
+	keep := sets.New[types.UID]()
+	for _, p := range active {
+		if p != nil {
+			keep.Insert(p.UID)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	changed := false
+	for uid := range m.podDevs {
+		if !keep.Has(uid) {
+			delete(m.podDevs, uid)
+			changed = true
+		}
+	}
+	if changed {
+		m.allocated = m.podDevs.inUse()
+		m.saveLocked()
+	}
+}

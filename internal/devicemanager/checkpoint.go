@@ -1,0 +1,186 @@
+package devicemanager
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// checkpointFile is the on-disk form: the data and a CRC-32C of its bytes.
+type checkpointFile struct {
+	Data     json.RawMessage `json:"data"`
+	Checksum uint32          `json:"checksum"`
+}
+
+type checkpointData struct {
+	PodDeviceEntries  []checkpointEntry   `json:"podDeviceEntries"`
+	RegisteredDevices map[string][]string `json:"registeredDevices"`
+}
+
+type checkpointEntry struct {
+	PodUID        string   `json:"podUID"`
+	ContainerName string   `json:"containerName"`
+	ResourceName  string   `json:"resourceName"`
+	DeviceIDs     []string `json:"deviceIDs"`
+	AllocResp     []byte   `json:"allocResp"` // protobuf ContainerAllocateResponse
+}
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// errCorrupt marks a checkpoint that exists but cannot be trusted.
+var errCorrupt = errors.New("corrupt checkpoint")
+
+// checkpointer writes the checkpoint atomically (temp file, fsync,
+// rename, fsync of the directory). Writes happen under Manager.mu, so
+// they land in order.
+type checkpointer struct {
+	path string
+}
+
+// saveLocked snapshots the persisted state and writes it. Caller holds
+// m.mu; the file is written under it so that writes stay in order.
+func (m *Manager) saveLocked() {
+	data := checkpointData{RegisteredDevices: map[string][]string{}}
+	for name, devs := range m.devices {
+		data.RegisteredDevices[name] = sets.List(idSet(devs, false))
+	}
+	for uid, containers := range m.podDevs {
+		for cname, resources := range containers {
+			for name, a := range resources {
+				raw, err := proto.Marshal(a.resp)
+				if err != nil {
+					m.log.Error("encoding an allocation for the checkpoint failed", "pod", uid, "err", err)
+					continue
+				}
+				data.PodDeviceEntries = append(data.PodDeviceEntries, checkpointEntry{
+					PodUID: string(uid), ContainerName: cname, ResourceName: name,
+					DeviceIDs: sets.List(a.ids), AllocResp: raw,
+				})
+			}
+		}
+	}
+	sort.Slice(data.PodDeviceEntries, func(i, j int) bool {
+		a, b := data.PodDeviceEntries[i], data.PodDeviceEntries[j]
+		if a.PodUID != b.PodUID {
+			return a.PodUID < b.PodUID
+		}
+		if a.ContainerName != b.ContainerName {
+			return a.ContainerName < b.ContainerName
+		}
+		return a.ResourceName < b.ResourceName
+	})
+	if err := m.ckpt.write(data); err != nil {
+		m.log.Error("writing the device checkpoint failed", "path", m.ckpt.path, "err", err)
+	}
+}
+
+func (c *checkpointer) write(data checkpointData) error {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	out, err := json.Marshal(checkpointFile{Data: raw, Checksum: crc32.Checksum(raw, crcTable)})
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(c.path)
+	tmp, err := os.CreateTemp(dir, ".checkpoint-*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := tmp.Write(out); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), c.path); err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
+
+// read returns the stored data; os.ErrNotExist when there is none and
+// errCorrupt when the file cannot be trusted.
+func (c *checkpointer) read() (checkpointData, error) {
+	var data checkpointData
+	raw, err := os.ReadFile(c.path)
+	if err != nil {
+		return data, err
+	}
+	var f checkpointFile
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return data, fmt.Errorf("%w: %v", errCorrupt, err)
+	}
+	if sum := crc32.Checksum(f.Data, crcTable); sum != f.Checksum {
+		return data, fmt.Errorf("%w: checksum %d, want %d", errCorrupt, sum, f.Checksum)
+	}
+	if err := json.Unmarshal(f.Data, &data); err != nil {
+		return data, fmt.Errorf("%w: %v", errCorrupt, err)
+	}
+	return data, nil
+}
+
+// restoreCheckpoint loads allocations and the known resources. Every
+// known resource starts with no devices and a stopped endpoint, so its
+// capacity is zero until the plugin registers again and it disappears
+// after the grace period if it never does. A corrupt checkpoint is moved
+// aside and the manager starts empty.
+func (m *Manager) restoreCheckpoint() {
+	data, err := m.ckpt.read()
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return
+	case errors.Is(err, errCorrupt):
+		aside := fmt.Sprintf("%s.corrupt-%d", m.ckpt.path, m.clock.Now().UnixNano())
+		if rerr := os.Rename(m.ckpt.path, aside); rerr != nil {
+			m.log.Warn("device checkpoint is corrupt and could not be moved aside; starting empty",
+				"path", m.ckpt.path, "err", err, "renameErr", rerr)
+		} else {
+			m.log.Warn("device checkpoint is corrupt; moved aside, starting empty",
+				"path", m.ckpt.path, "movedTo", aside, "err", err)
+		}
+		return
+	case err != nil:
+		m.log.Warn("reading the device checkpoint failed; starting empty", "path", m.ckpt.path, "err", err)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	for name := range data.RegisteredDevices {
+		m.devices[name] = map[string]*device{}
+		m.endpoints[name] = newStoppedEndpoint(name, now)
+	}
+	for _, en := range data.PodDeviceEntries {
+		resp := &pluginapi.ContainerAllocateResponse{}
+		if err := proto.Unmarshal(en.AllocResp, resp); err != nil {
+			m.log.Warn("skipping an unreadable allocation in the device checkpoint", "pod", en.PodUID,
+				"container", en.ContainerName, "resource", en.ResourceName, "err", err)
+			continue
+		}
+		m.podDevs.set(types.UID(en.PodUID), en.ContainerName, en.ResourceName,
+			&allocation{ids: sets.New(en.DeviceIDs...), resp: resp})
+	}
+	m.allocated = m.podDevs.inUse()
+	m.log.Info("device checkpoint restored", "resources", len(data.RegisteredDevices), "allocations", len(data.PodDeviceEntries))
+}
