@@ -1,0 +1,242 @@
+package cgroups
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"k8s.io/utils/clock"
+
+	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/qos"
+)
+
+// v2Wanted are the controllers enabled for children in every ancestor's
+// cgroup.subtree_control, when the root offers them.
+var v2Wanted = []string{"cpu", "memory", "pids", "cpuset"}
+
+type v2Driver struct {
+	files
+	root   string
+	naming Naming
+	clk    clock.Clock
+	// enable is the "+cpu +memory ..." line for cgroup.subtree_control.
+	enable   []string
+	hasPids  bool
+	plainDir bool // a plain directory tree (tests): remove with RemoveAll
+}
+
+var _ Driver = (*v2Driver)(nil)
+
+func newV2(cfg Config, plainDir bool) (*v2Driver, error) {
+	d := &v2Driver{root: cfg.MountRoot, naming: cfg.Naming, clk: cfg.Clock, plainDir: plainDir}
+	avail, err := readString(cfg.MountRoot, "cgroup.controllers")
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v2 at %s: %w", cfg.MountRoot, err)
+	}
+	ctrls := strings.Fields(avail)
+	for _, c := range v2Wanted {
+		if has(ctrls, c) {
+			d.enable = append(d.enable, c)
+		}
+	}
+	if !has(d.enable, "cpu") || !has(d.enable, "memory") {
+		return nil, fmt.Errorf("cgroup v2 at %s offers %v, need cpu and memory: %w", cfg.MountRoot, ctrls, errdefs.ErrUnavailable)
+	}
+	d.hasPids = has(d.enable, "pids")
+	return d, nil
+}
+
+func (d *v2Driver) Mode() Mode         { return ModeV2 }
+func (d *v2Driver) Path(n Name) string { return d.naming.Path(n) }
+func (d *v2Driver) Writes() uint64     { return d.writes.Load() }
+func (d *v2Driver) dir(n Name) string  { return filepath.Join(d.root, d.Path(n)) }
+
+func (d *v2Driver) Create(n Name, res *Resources) error {
+	if err := d.mkdirAll(d.Path(n)); err != nil {
+		return err
+	}
+	return d.set(n, res)
+}
+
+// mkdirAll creates rel, enabling the controllers in each parent's
+// cgroup.subtree_control first (a child only gets the controllers its
+// parent delegates).
+func (d *v2Driver) mkdirAll(rel string) error {
+	if rel == "/" || rel == "." {
+		return nil
+	}
+	parent := filepath.Dir(rel)
+	pdir := filepath.Join(d.root, parent)
+	if _, err := os.Stat(pdir); err != nil {
+		if err := d.mkdirAll(parent); err != nil {
+			return err
+		}
+	}
+	if err := d.delegate(pdir); err != nil {
+		return err
+	}
+	_, err := d.mkdir(filepath.Join(d.root, rel))
+	return err
+}
+
+func (d *v2Driver) delegate(dir string) error {
+	cur, err := readString(dir, "cgroup.subtree_control")
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	have := strings.Fields(cur)
+	var add []string
+	for _, c := range d.enable {
+		if !has(have, c) {
+			add = append(add, "+"+c)
+		}
+	}
+	if len(add) == 0 {
+		return nil
+	}
+	if d.plainDir {
+		// A directory tree has no kernel to merge "+c" lines: store the set.
+		return d.write(dir, "cgroup.subtree_control", strings.Join(append(have, d.enable...), " "))
+	}
+	return d.write(dir, "cgroup.subtree_control", strings.Join(add, " "))
+}
+
+func (d *v2Driver) Update(n Name, res *Resources) error {
+	if !d.Exists(n) {
+		return fmt.Errorf("cgroup %s: %w", d.Path(n), errdefs.ErrNotFound)
+	}
+	return d.set(n, res)
+}
+
+func (d *v2Driver) set(n Name, res *Resources) error {
+	if res == nil {
+		return nil
+	}
+	dir := d.dir(n)
+	if res.CPUShares != nil {
+		w := qos.SharesToWeight(*res.CPUShares)
+		if err := d.write(dir, "cpu.weight", strconv.FormatUint(w, 10)); err != nil {
+			return err
+		}
+	}
+	if res.CPUQuota != nil || res.CPUPeriod != nil {
+		quota, period := "max", uint64(qos.DefaultCFSPeriod)
+		if res.CPUPeriod != nil {
+			period = *res.CPUPeriod
+		}
+		if res.CPUQuota != nil && *res.CPUQuota > 0 {
+			quota = strconv.FormatInt(*res.CPUQuota, 10)
+		}
+		if err := d.write(dir, "cpu.max", quota+" "+strconv.FormatUint(period, 10)); err != nil {
+			return err
+		}
+	}
+	if res.Memory != nil {
+		v := "max"
+		if *res.Memory > 0 {
+			v = strconv.FormatInt(*res.Memory, 10)
+		}
+		if err := d.write(dir, "memory.max", v); err != nil {
+			return err
+		}
+	}
+	if res.PidsLimit != nil && d.hasPids {
+		v := "max"
+		if *res.PidsLimit > 0 {
+			v = strconv.FormatInt(*res.PidsLimit, 10)
+		}
+		if err := d.write(dir, "pids.max", v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *v2Driver) Exists(n Name) bool {
+	st, err := os.Stat(d.dir(n))
+	return err == nil && st.IsDir()
+}
+
+func (d *v2Driver) Pids(n Name) ([]int, error) {
+	seen := map[int]bool{}
+	if err := walkPids(d.dir(n), seen); err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+func (d *v2Driver) Destroy(ctx context.Context, n Name) error {
+	rel := d.Path(n)
+	if rel == "/" {
+		return fmt.Errorf("refusing to destroy the root cgroup: %w", errdefs.ErrInvalidArgument)
+	}
+	dir := d.dir(n)
+	if !d.plainDir {
+		// cgroup.kill (5.14+) kills the whole subtree at once, forks included.
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err == nil {
+			_ = d.write(dir, "cgroup.kill", "1")
+		}
+	}
+	rm := os.Remove
+	if d.plainDir {
+		rm = os.RemoveAll
+	}
+	return killAndRemove(ctx, d.clk, rel, func() ([]int, error) { return d.Pids(n) }, func() error {
+		return removeTree(dir, rm)
+	})
+}
+
+func (d *v2Driver) Join(n Name, pid int) error {
+	return d.write(d.dir(n), "cgroup.procs", strconv.Itoa(pid))
+}
+
+func (d *v2Driver) Children(n Name) ([]string, error) {
+	kids, err := subdirs(d.dir(n))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, nil
+	}
+	sort.Strings(kids)
+	return kids, err
+}
+
+func (d *v2Driver) Stats(n Name) (*Stats, error) {
+	if !d.Exists(n) {
+		return nil, fmt.Errorf("cgroup %s: %w", d.Path(n), errdefs.ErrNotFound)
+	}
+	dir := d.dir(n)
+	var s Stats
+	cs, err := readKV(dir, "cpu.stat")
+	if err != nil {
+		return nil, err
+	}
+	s.CPUUsageNanos = cs["usage_usec"] * 1000
+	if s.MemoryUsage, err = readUint(dir, "memory.current"); err != nil {
+		return nil, err
+	}
+	ms, err := readKV(dir, "memory.stat")
+	if err != nil {
+		return nil, err
+	}
+	s.MemoryWorkingSet = s.MemoryUsage - min(s.MemoryUsage, ms["inactive_file"])
+	s.MemoryRSS = ms["anon"]
+	s.PageFaults, s.MajorPageFaults = ms["pgfault"], ms["pgmajfault"]
+	s.MemoryLimit, _ = readUint(dir, "memory.max")
+	if ev, err := readString(dir, "memory.events"); err == nil {
+		s.OOMKills = oomKillField(ev)
+	}
+	if d.hasPids {
+		s.Pids, _ = readUint(dir, "pids.current")
+	}
+	return &s, nil
+}
