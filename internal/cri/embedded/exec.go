@@ -1,0 +1,135 @@
+package embedded
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	utilexec "k8s.io/utils/exec"
+)
+
+// maxExecOutput caps what ExecSync keeps of each output stream, like other
+// runtimes do (16 MiB).
+const maxExecOutput = 16 << 20
+
+// ExecSync runs cmd in the container's environment (its env, working
+// directory and cgroups) and returns its output. A non-zero exit is returned
+// as a k8s.io/utils/exec.CodeExitError (as the kubelet's CRI client does);
+// a timeout as an error wrapping context.DeadlineExceeded; a command that
+// cannot be run (missing binary) as an error classified NotFound.
+func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, []byte, error) {
+	if len(cmd) == 0 {
+		return nil, nil, errInvalid("exec in container %s: field cmd is required", containerID)
+	}
+	r.mu.Lock()
+	c, ok := r.containers[containerID]
+	if !ok {
+		r.mu.Unlock()
+		return nil, nil, errNotFound("container %q", containerID)
+	}
+	running := c.state() == runtimeapi.ContainerState_CONTAINER_RUNNING
+	rec := c.rec
+	r.mu.Unlock()
+	if !running {
+		return nil, nil, errConflict("exec in container %s: container is not running", containerID)
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+
+	report, reportW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer report.Close()
+	// The trampoline joins the cgroups and then execs cmd; argv holds the
+	// cgroup.procs files, "--", and the command.
+	args := append([]string{"minilet-exec"}, r.cg.procsFiles(rec.CgroupPath)...)
+	args = append(append(args, "--"), cmd...)
+	var stdout, stderr capBuffer
+	proc := &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        args,
+		Env:         append(append([]string{}, rec.Env...), trampolineEnv+"=1"),
+		Dir:         rec.WorkingDir,
+		Stdout:      &stdout,
+		Stderr:      &stderr,
+		ExtraFiles:  []*os.File{reportW},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		WaitDelay:   time.Second,
+	}
+	err = proc.Start()
+	_ = reportW.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("exec in container %s: %w", containerID, err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- proc.Wait() }()
+	var waitErr error
+	timedOut := false
+	select {
+	case waitErr = <-waited:
+	case <-ctx.Done():
+		timedOut = true
+		_ = syscall.Kill(-proc.Process.Pid, syscall.SIGKILL)
+		waitErr = <-waited
+	}
+	failure, _ := io.ReadAll(report)
+	if len(failure) > 0 {
+		return nil, nil, errNotFound("exec %q in container %s: %s", strings.Join(cmd, " "), containerID, failure)
+	}
+	if timedOut {
+		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("exec %q in container %s timed out after %s: %w", strings.Join(cmd, " "), containerID, timeout, context.DeadlineExceeded)
+	}
+	var exitErr *exec.ExitError
+	if errors.As(waitErr, &exitErr) {
+		code := exitErr.ExitCode()
+		if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
+		return stdout.Bytes(), stderr.Bytes(), utilexec.CodeExitError{
+			Err:  fmt.Errorf("command %q exited with %d: %s", strings.Join(cmd, " "), code, stderr.Bytes()),
+			Code: code,
+		}
+	}
+	if waitErr != nil {
+		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("exec in container %s: %w", containerID, waitErr)
+	}
+	return stdout.Bytes(), stderr.Bytes(), nil
+}
+
+// capBuffer keeps the first maxExecOutput bytes written to it.
+type capBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *capBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := maxExecOutput - b.buf.Len(); room > 0 {
+		if len(p) > room {
+			b.buf.Write(p[:room])
+		} else {
+			b.buf.Write(p)
+		}
+	}
+	return len(p), nil
+}
+
+func (b *capBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]byte(nil), b.buf.Bytes()...)
+}

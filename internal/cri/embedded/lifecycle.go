@@ -1,0 +1,222 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Timeouts of the runtime's own waits.
+const (
+	monitorStartTimeout = 60 * time.Second // the monitor reports the container started
+	killTimeout         = 30 * time.Second // a SIGKILLed container is reported exited
+	logWaitTimeout      = 10 * time.Second // a reopened log file appears
+)
+
+// sigReopen asks a monitor to reopen the container's log file.
+const sigReopen = syscall.SIGUSR1
+
+// StartContainer creates the container's cgroup, applies its limits and
+// launches its monitor, returning once the container process runs (or
+// failed to start, which is an error and leaves the container EXITED with
+// reason StartError).
+func (r *Runtime) StartContainer(ctx context.Context, containerID string) error {
+	r.mu.Lock()
+	c, ok := r.containers[containerID]
+	if !ok {
+		r.mu.Unlock()
+		return errNotFound("container %q", containerID)
+	}
+	if c.starting || c.start != nil || c.exit != nil {
+		r.mu.Unlock()
+		return errConflict("start container %s: it is not in the created state", containerID)
+	}
+	c.starting = true
+	rec := c.rec
+	r.mu.Unlock()
+
+	launched, err := r.launch(c.dir, &rec)
+	if !launched {
+		r.mu.Lock()
+		c.starting = false
+		r.mu.Unlock()
+		return fmt.Errorf("start container %s (%s): %w", containerID, rec.Name, err)
+	}
+	start := r.loadStart(c.dir)
+	if start == nil {
+		// The monitor died before reporting; the watcher will not see it, so
+		// record the failure here.
+		msg := "the container's monitor exited before starting it"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		start = &startRecord{StartedAt: time.Now().UnixNano(), Error: msg}
+		_ = writeJSONAtomic(filepath.Join(c.dir, fileStart), start)
+		x := &exitRecord{ExitCode: 128, FinishedAt: start.StartedAt, Reason: reasonStartError, Message: msg}
+		_ = writeJSONAtomic(filepath.Join(c.dir, fileExit), x)
+	}
+	r.mu.Lock()
+	c.start = start
+	r.mu.Unlock()
+	if start.Error != "" {
+		x := r.loadExit(c.dir)
+		if x == nil {
+			x = &exitRecord{ExitCode: 128, FinishedAt: start.StartedAt, Reason: reasonStartError, Message: start.Error}
+		}
+		r.setExit(c, x)
+		return fmt.Errorf("start container %s (%s): %s", containerID, rec.Name, start.Error)
+	}
+	r.log.Info("container started", "container", containerID, "name", rec.Name, "pid", start.Pid, "monitorPid", start.MonitorPid)
+	r.signalChange()
+	return nil
+}
+
+// launch prepares the cgroup and spec and starts the monitor. It reports
+// whether a monitor was started (after which its records are authoritative)
+// and waits until the monitor reported back or exited.
+func (r *Runtime) launch(dir string, rec *containerRecord) (bool, error) {
+	if rec.LogFile != "" {
+		if err := os.MkdirAll(filepath.Dir(rec.LogFile), 0o755); err != nil {
+			return false, fmt.Errorf("create log directory: %w", err)
+		}
+	}
+	if err := r.cg.create(rec.CgroupPath); err != nil {
+		return false, err
+	}
+	if err := r.cg.apply(rec.CgroupPath, rec.Resources); err != nil {
+		_ = r.cg.remove(rec.CgroupPath)
+		return false, errInvalid("field linux.resources: %v", err)
+	}
+	spec := monitorSpec{
+		Args: rec.Args, Env: rec.Env, WorkingDir: rec.WorkingDir, LogPath: rec.LogFile,
+		CgroupDirs: r.cg.containerDirs(rec.CgroupPath), MemoryDir: r.cg.dir("memory", rec.CgroupPath), CgroupV2: r.cg.v2,
+	}
+	if rec.Resources != nil && rec.Resources.OOMScoreAdj != nil {
+		spec.OOMScoreAdj = rec.Resources.OOMScoreAdj
+		if *spec.OOMScoreAdj < 0 {
+			r.oomAdjWarning.Do(func() {
+				r.log.Warn("negative oom_score_adj needs CAP_SYS_RESOURCE; it may not be applied", "container", rec.ID, "oomScoreAdj", *spec.OOMScoreAdj)
+			})
+		}
+	}
+	if err := writeJSONAtomic(filepath.Join(dir, fileSpec), spec); err != nil {
+		return false, err
+	}
+	monLog, err := os.OpenFile(filepath.Join(dir, fileMonLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return false, err
+	}
+	defer monLog.Close()
+	started, notify, err := os.Pipe()
+	if err != nil {
+		return false, err
+	}
+	defer started.Close()
+	cmd := &exec.Cmd{
+		Path:        "/proc/self/exe",
+		Args:        []string{"minilet-monitor", shortID(rec.ID)},
+		Env:         []string{monitorEnv + "=" + dir},
+		Stdout:      monLog,
+		Stderr:      monLog,
+		ExtraFiles:  []*os.File{notify},
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	err = cmd.Start()
+	_ = notify.Close()
+	if err != nil {
+		return false, fmt.Errorf("launch monitor: %w", err)
+	}
+	// Reap our child whenever it ends, even after Close; the kick makes the
+	// watcher notice the exit at once.
+	go func() {
+		_ = cmd.Wait()
+		r.kickWatcher()
+	}()
+	_ = started.SetReadDeadline(time.Now().Add(monitorStartTimeout))
+	var b [1]byte
+	if _, err := started.Read(b[:]); err != nil {
+		return true, fmt.Errorf("waiting for the monitor: %w", err)
+	}
+	return true, nil
+}
+
+// StopContainer sends SIGTERM to the container's process group, SIGKILL
+// after timeout seconds, and returns once the exit is recorded. Stopping a
+// container that is not running is a no-op.
+func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout int64) error {
+	r.mu.Lock()
+	c, ok := r.containers[containerID]
+	if !ok {
+		r.mu.Unlock()
+		return errNotFound("container %q", containerID)
+	}
+	start, exited, done := c.start, c.exited, c.exit != nil
+	r.mu.Unlock()
+	if start == nil || done || start.Error != "" {
+		return nil
+	}
+	if timeout > 0 {
+		signalGroup(start.Pid, syscall.SIGTERM)
+		t := time.NewTimer(time.Duration(timeout) * time.Second)
+		select {
+		case <-exited:
+			t.Stop()
+			return nil
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+	signalGroup(start.Pid, syscall.SIGKILL)
+	r.cg.killAll(c.rec.CgroupPath)
+	r.kickWatcher()
+	t := time.NewTimer(killTimeout)
+	defer t.Stop()
+	select {
+	case <-exited:
+		return nil
+	case <-t.C:
+		return errUnavailable("stop container %s: no exit recorded %s after SIGKILL", containerID, killTimeout)
+	}
+}
+
+// signalGroup signals the container's process group, or the process alone if
+// it left its group.
+func signalGroup(pid int, sig syscall.Signal) {
+	if pid <= 0 {
+		return
+	}
+	if err := syscall.Kill(-pid, sig); errors.Is(err, syscall.ESRCH) {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+func signalProcess(pid int, sig syscall.Signal) error {
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("signal %d: %w", pid, err)
+	}
+	return nil
+}
+
+// pollUntil checks cond every 10ms until it holds, ctx ends or timeout passes.
+func pollUntil(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline.C:
+			return context.DeadlineExceeded
+		case <-tick.C:
+		}
+	}
+	return nil
+}

@@ -1,0 +1,370 @@
+// Package embedded is minilet's built-in container runtime. It implements
+// the CRI Go interfaces (k8s.io/cri-api/pkg/apis RuntimeService and
+// ImageManagerService) with plain host processes: every container runs under
+// a small monitor process (a re-exec of the agent binary, see
+// MaybeRunMonitor) that places it in its cgroups, writes its CRI-format log
+// and records its exit status, so containers outlive agent restarts.
+//
+// Pods share the host network; the image "host" (or "") is the host's root
+// filesystem. State lives in JSON files under <RootDir>/runtime.
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Config configures the embedded runtime.
+type Config struct {
+	// RootDir is the agent's root directory; runtime state is kept under
+	// RootDir/runtime. Required.
+	RootDir string
+	// Logger receives the runtime's logs. Default: slog.Default().
+	Logger *slog.Logger
+	// Clock stamps creation times. Default: the real clock. Process exits
+	// are polled in real time regardless.
+	Clock clock.Clock
+	// CgroupMount is where the cgroup hierarchies are mounted. Default:
+	// /sys/fs/cgroup.
+	CgroupMount string
+}
+
+// defaultCgroupParent is used for containers whose sandbox has no cgroup
+// parent.
+const defaultCgroupParent = "/minilet-embedded"
+
+// pollInterval bounds how late an exit of a re-adopted container (one whose
+// monitor is not our child) is noticed.
+const pollInterval = 100 * time.Millisecond
+
+// Runtime is the embedded CRI runtime. Create it with New; it is safe for
+// concurrent use.
+type Runtime struct {
+	log      *slog.Logger
+	clock    clock.Clock
+	stateDir string
+	cg       *cgroupDriver
+	nodeIP   string
+
+	mu         sync.Mutex
+	sandboxes  map[string]*sandboxRecord
+	containers map[string]*container
+
+	changes chan struct{}
+	kick    chan struct{}
+
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+
+	oomAdjWarning sync.Once
+}
+
+// sandboxRecord is the durable state of a pod sandbox.
+type sandboxRecord struct {
+	ID             string            `json:"id"`
+	Name           string            `json:"name"`
+	Namespace      string            `json:"namespace"`
+	UID            string            `json:"uid"`
+	Attempt        uint32            `json:"attempt"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	Annotations    map[string]string `json:"annotations,omitempty"`
+	LogDirectory   string            `json:"logDirectory,omitempty"`
+	CgroupParent   string            `json:"cgroupParent,omitempty"`
+	RuntimeHandler string            `json:"runtimeHandler,omitempty"`
+	IP             string            `json:"ip"`
+	Ready          bool              `json:"ready"`
+	CreatedAt      int64             `json:"createdAt"`
+}
+
+// resources are the cgroup settings of a container.
+type resources struct {
+	CPUShares       int64  `json:"cpuShares,omitempty"`
+	CPUQuota        int64  `json:"cpuQuota,omitempty"`
+	CPUPeriod       int64  `json:"cpuPeriod,omitempty"`
+	MemoryLimit     int64  `json:"memoryLimit,omitempty"`
+	MemorySwapLimit int64  `json:"memorySwapLimit,omitempty"`
+	PidsLimit       int64  `json:"pidsLimit,omitempty"`
+	OOMScoreAdj     *int64 `json:"oomScoreAdj,omitempty"`
+}
+
+// containerRecord is the durable, agent-written state of a container; its
+// run state comes from the monitor's start and exit records.
+type containerRecord struct {
+	ID          string            `json:"id"`
+	SandboxID   string            `json:"sandboxId"`
+	Name        string            `json:"name"`
+	Attempt     uint32            `json:"attempt"`
+	Image       string            `json:"image"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	LogPath     string            `json:"logPath,omitempty"`    // as given (relative to the sandbox log dir)
+	LogFile     string            `json:"logFile,omitempty"`    // absolute
+	Args        []string          `json:"args"`
+	Env         []string          `json:"env,omitempty"`
+	WorkingDir  string            `json:"workingDir,omitempty"`
+	Resources   *resources        `json:"resources,omitempty"`
+	CgroupPath  string            `json:"cgroupPath"` // <parent>/<id>, relative to each hierarchy
+	CreatedAt   int64             `json:"createdAt"`
+}
+
+// container is a container's in-memory state.
+type container struct {
+	rec      containerRecord
+	dir      string
+	start    *startRecord
+	exit     *exitRecord
+	starting bool
+	exited   chan struct{} // closed once exit is set
+}
+
+// New opens (or creates) the runtime state under cfg.RootDir and re-adopts
+// the containers a previous run left behind.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.RootDir == "" {
+		return nil, errInvalid("embedded runtime config: field RootDir is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.CgroupMount == "" {
+		cfg.CgroupMount = "/sys/fs/cgroup"
+	}
+	cg, err := detectCgroups(cfg.CgroupMount)
+	if err != nil {
+		return nil, errUnavailable("embedded runtime config: field CgroupMount %q: %v", cfg.CgroupMount, err)
+	}
+	r := &Runtime{
+		log:        cfg.Logger.With("component", "embedded-runtime"),
+		clock:      cfg.Clock,
+		stateDir:   filepath.Join(cfg.RootDir, "runtime"),
+		cg:         cg,
+		nodeIP:     nodeIP(),
+		sandboxes:  map[string]*sandboxRecord{},
+		containers: map[string]*container{},
+		changes:    make(chan struct{}, 1),
+		kick:       make(chan struct{}, 1),
+	}
+	for _, d := range []string{r.sandboxDir(), r.containersDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("create runtime state dir: %w", err)
+		}
+	}
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.wg.Add(1)
+	go r.watch(ctx)
+	r.log.Info("embedded runtime ready", "stateDir", r.stateDir, "cgroupV2", cg.v2, "sandboxes", len(r.sandboxes), "containers", len(r.containers))
+	return r, nil
+}
+
+// Close stops the runtime's goroutines. Containers keep running; a later New
+// on the same RootDir re-adopts them. Close is idempotent.
+func (r *Runtime) Close(context.Context) error {
+	r.closeOnce.Do(func() {
+		r.cancel()
+		r.wg.Wait()
+	})
+	return nil
+}
+
+// Changes signals (coalescing, never blocking the runtime) whenever a
+// container started or exited, so that a PLEG can relist at once.
+func (r *Runtime) Changes() <-chan struct{} { return r.changes }
+
+func (r *Runtime) signalChange() {
+	select {
+	case r.changes <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Runtime) kickWatcher() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Runtime) sandboxDir() string    { return filepath.Join(r.stateDir, "sandboxes") }
+func (r *Runtime) containersDir() string { return filepath.Join(r.stateDir, "containers") }
+
+// load reads all durable state; unreadable files are moved aside.
+func (r *Runtime) load() error {
+	entries, err := os.ReadDir(r.sandboxDir())
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".json" {
+			continue
+		}
+		path := filepath.Join(r.sandboxDir(), e.Name())
+		var rec sandboxRecord
+		if err := readJSON(path, &rec); err != nil || rec.ID == "" {
+			quarantine(r.log, path, err)
+			continue
+		}
+		r.sandboxes[rec.ID] = &rec
+	}
+	entries, err = os.ReadDir(r.containersDir())
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(r.containersDir(), e.Name())
+		c := &container{dir: dir, exited: make(chan struct{})}
+		path := filepath.Join(dir, fileContainer)
+		if err := readJSON(path, &c.rec); err != nil || c.rec.ID == "" {
+			if os.IsNotExist(err) {
+				// Crashed half way through CreateContainer.
+				_ = os.RemoveAll(dir)
+				continue
+			}
+			quarantine(r.log, path, err)
+			continue
+		}
+		c.start = r.loadStart(dir)
+		c.exit = r.loadExit(dir)
+		if c.exit != nil {
+			close(c.exited)
+		}
+		r.containers[c.rec.ID] = c
+	}
+	return nil
+}
+
+func (r *Runtime) loadStart(dir string) *startRecord {
+	var s startRecord
+	path := filepath.Join(dir, fileStart)
+	if err := readJSON(path, &s); err != nil {
+		if errors.Is(err, errCorrupt) {
+			quarantine(r.log, path, err)
+		}
+		return nil
+	}
+	return &s
+}
+
+func (r *Runtime) loadExit(dir string) *exitRecord {
+	var x exitRecord
+	path := filepath.Join(dir, fileExit)
+	if err := readJSON(path, &x); err != nil {
+		if errors.Is(err, errCorrupt) {
+			quarantine(r.log, path, err)
+		}
+		return nil
+	}
+	return &x
+}
+
+// watch notices container exits: immediately when one of our own monitor
+// children ends (kick), otherwise by polling.
+func (r *Runtime) watch(ctx context.Context) {
+	defer r.wg.Done()
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		r.checkExits()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.kick:
+		}
+	}
+}
+
+// checkExits is one step of watch: it records the exit of every running
+// container whose monitor wrote an exit record or died.
+func (r *Runtime) checkExits() {
+	r.mu.Lock()
+	var running []*container
+	for _, c := range r.containers {
+		if c.start != nil && c.exit == nil {
+			running = append(running, c)
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range running {
+		x := r.loadExit(c.dir)
+		if x == nil {
+			if monitorAlive(c.start) {
+				continue
+			}
+			// The monitor may have written the record just before exiting.
+			if x = r.loadExit(c.dir); x == nil {
+				x = &exitRecord{ExitCode: 255, FinishedAt: time.Now().UnixNano(), Reason: reasonError,
+					Message: "the container's monitor exited without recording the exit status"}
+				if err := writeJSONAtomic(filepath.Join(c.dir, fileExit), x); err != nil {
+					r.log.Warn("cannot record container exit", "container", c.rec.ID, "err", err)
+				}
+			}
+		}
+		r.setExit(c, x)
+	}
+}
+
+func (r *Runtime) setExit(c *container, x *exitRecord) {
+	r.mu.Lock()
+	changed := c.exit == nil
+	if changed {
+		c.exit = x
+		close(c.exited)
+	}
+	r.mu.Unlock()
+	if changed {
+		r.log.Info("container exited", "container", c.rec.ID, "name", c.rec.Name, "exitCode", x.ExitCode, "reason", x.Reason)
+		r.signalChange()
+	}
+}
+
+// monitorAlive reports whether the monitor that wrote s still runs.
+func monitorAlive(s *startRecord) bool {
+	if s.MonitorPid <= 0 {
+		return false
+	}
+	ticks, alive := procStartTicks(s.MonitorPid)
+	return alive && (s.MonitorTicks == 0 || ticks == s.MonitorTicks)
+}
+
+// nodeIP returns the first non-loopback IPv4 address of the host, or
+// 127.0.0.1.
+func nodeIP() string {
+	ifaces, err := net.Interfaces()
+	if err == nil {
+		for _, iface := range ifaces {
+			if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 {
+				continue
+			}
+			addrs, err := iface.Addrs()
+			if err != nil {
+				continue
+			}
+			for _, a := range addrs {
+				if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+					return ipn.IP.String()
+				}
+			}
+		}
+	}
+	return "127.0.0.1"
+}
