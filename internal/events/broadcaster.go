@@ -58,6 +58,7 @@ type Broadcaster struct {
 	clock clock.Clock
 	log   *slog.Logger
 	corr  *Correlator
+	names *nameSeq
 	queue chan *v1.Event
 
 	mu     sync.RWMutex // Record holds it shared while sending; Shutdown exclusively to close
@@ -99,6 +100,7 @@ func NewBroadcaster(cfg Config, clk clock.Clock, log *slog.Logger) (*Broadcaster
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
+	b.names = corr.names // one sequence for recorders and combined events
 	b.sinks.Store(&[]Sink{})
 	b.droppedMetric = newCounter(cfg.Registerer, "minilet_events_dropped_total",
 		"Events lost before reaching any sink (queue full or shutdown).")
@@ -191,6 +193,10 @@ func (b *Broadcaster) run(ctx, sinkCtx context.Context) {
 	for {
 		select {
 		case ev := <-b.queue:
+			if sinkCtx.Err() != nil { // the shutdown deadline passed
+				b.drop(1)
+				continue
+			}
 			b.handle(sinkCtx, ev)
 			if len(b.queue) == 0 {
 				b.flush(sinkCtx)

@@ -124,6 +124,7 @@ type Correlator struct {
 	agg   *lru[groupKey, aggRecord]
 	dedup *lru[dedupKey, dedupRecord]
 	spam  *lru[groupKey, tokenBucket]
+	names *nameSeq
 }
 
 // NewCorrelator returns a correlator with cfg's limits (zero fields take
@@ -139,6 +140,7 @@ func NewCorrelator(cfg CorrelatorConfig, clk clock.PassiveClock) (*Correlator, e
 		agg:   newLRU[groupKey, aggRecord](cfg.CacheSize),
 		dedup: newLRU[dedupKey, dedupRecord](cfg.CacheSize),
 		spam:  newLRU[groupKey, tokenBucket](cfg.CacheSize),
+		names: &nameSeq{},
 	}, nil
 }
 
@@ -185,7 +187,7 @@ func (c *Correlator) aggregate(ev *v1.Event, gk groupKey, now time.Time) (*v1.Ev
 	t := metav1.NewTime(now)
 	combined := &v1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      eventName(ev.InvolvedObject.Name, now.UnixNano()),
+			Name:      eventName(ev.InvolvedObject.Name, c.names.next(now.UnixNano())),
 			Namespace: ev.Namespace,
 			Labels:    ev.Labels,
 		},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -79,7 +80,7 @@ func (r *EventRecorder) generate(obj runtime.Object, annotations map[string]stri
 	}
 	ev := &v1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        eventName(ref.Name, ts.UnixNano()),
+			Name:        eventName(ref.Name, r.b.names.next(ts.UnixNano())),
 			Namespace:   ns,
 			Annotations: annotations,
 		},
@@ -160,6 +161,24 @@ func ContainerRef(pod *v1.Pod, container string) *v1.ObjectReference {
 // node name).
 func NodeRef(nodeName string) *v1.ObjectReference {
 	return &v1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: nodeName, UID: types.UID(nodeName)}
+}
+
+// nameSeq hands out the nanosecond suffixes of event names: the clock's
+// time, or one more than the last suffix when the clock has not moved, so
+// that two events never share a name (a coarse or fake clock would
+// otherwise make a second event overwrite the first in the store).
+type nameSeq struct{ last atomic.Int64 }
+
+func (s *nameSeq) next(nanos int64) int64 {
+	for {
+		last := s.last.Load()
+		if nanos <= last {
+			nanos = last + 1
+		}
+		if s.last.CompareAndSwap(last, nanos) {
+			return nanos
+		}
+	}
 }
 
 // eventName is "<object>.<unix nanos in hex>", or a UUID when that is not a

@@ -152,6 +152,10 @@ func (w *RetryWriter) run(ctx, sinkCtx context.Context) {
 	for {
 		select {
 		case it := <-w.queue:
+			if sinkCtx.Err() != nil { // the shutdown deadline passed
+				w.abandoned.Add(1)
+				continue
+			}
 			w.write(sinkCtx, it.ev, it.update)
 			if len(w.queue) == 0 {
 				w.inBurst.Store(false)
