@@ -1,0 +1,477 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/server"
+)
+
+func newGetCommand(e *env) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "get pods|events|node|devices|images",
+		Short: "List objects of the agent, like kubectl get",
+		Long: "List objects of the agent, like kubectl get. Pods are listed from all\n" +
+			"namespaces unless -n is given.",
+	}
+	cmd.PersistentFlags().StringVarP(&output, "output", "o", "", "output format: wide, json or yaml")
+	var namespace string
+	pods := &cobra.Command{
+		Use:     "pods [NAME...]",
+		Aliases: []string{"pod", "po"},
+		Short:   "List pods: NAMESPACE NAME READY STATUS RESTARTS AGE (wide: IP NODE)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "wide"); err != nil {
+				return err
+			}
+			c, err := e.client(cmd)
+			if err != nil {
+				return err
+			}
+			var list v1.PodList
+			if err := c.getJSON(cmd.Context(), "/pods", &list); err != nil {
+				return err
+			}
+			list.Items = filterPods(list.Items, namespace, args)
+			if len(args) > 0 && len(list.Items) == 0 {
+				return fmt.Errorf("pod %s not found: %w", strings.Join(args, ", "), errdefs.ErrNotFound)
+			}
+			if output == "json" || output == "yaml" {
+				return printObject(cmd.OutOrStdout(), output, list)
+			}
+			return printPods(cmd.OutOrStdout(), list.Items, output == "wide", namespace == "", e.now())
+		},
+	}
+	pods.Flags().StringVarP(&namespace, "namespace", "n", "", "only pods of this namespace (default: all)")
+
+	events := &cobra.Command{
+		Use:     "events",
+		Aliases: []string{"event", "ev"},
+		Short:   "List events: LAST SEEN TYPE REASON OBJECT MESSAGE",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output, "wide"); err != nil {
+				return err
+			}
+			c, err := e.client(cmd)
+			if err != nil {
+				return err
+			}
+			var list v1.EventList
+			if err := c.getJSON(cmd.Context(), "/events", &list); err != nil {
+				return err
+			}
+			if output == "json" || output == "yaml" {
+				return printObject(cmd.OutOrStdout(), output, list)
+			}
+			return printEvents(cmd.OutOrStdout(), list.Items, output == "wide", e.now())
+		},
+	}
+
+	node := &cobra.Command{
+		Use:     "node",
+		Aliases: []string{"nodes", "no"},
+		Short:   "Show the node: NAME STATUS ROLES AGE VERSION (wide: addresses, OS, capacity/allocatable)",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output, "wide"); err != nil {
+				return err
+			}
+			c, err := e.client(cmd)
+			if err != nil {
+				return err
+			}
+			var n v1.Node
+			if err := c.getJSON(cmd.Context(), "/node", &n); err != nil {
+				return err
+			}
+			if output == "json" || output == "yaml" {
+				return printObject(cmd.OutOrStdout(), output, n)
+			}
+			return printNode(cmd.OutOrStdout(), &n, output == "wide", e.now())
+		},
+	}
+
+	devices := &cobra.Command{
+		Use:     "devices",
+		Aliases: []string{"device", "dev"},
+		Short:   "List device-plugin devices: RESOURCE DEVICE HEALTH POD CONTAINER",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output, "wide"); err != nil {
+				return err
+			}
+			c, err := e.client(cmd)
+			if err != nil {
+				return err
+			}
+			var list server.DeviceList
+			if err := c.getJSON(cmd.Context(), "/devices", &list); err != nil {
+				return err
+			}
+			if output == "json" || output == "yaml" {
+				return printObject(cmd.OutOrStdout(), output, list)
+			}
+			return printDevices(cmd.OutOrStdout(), cmd.ErrOrStderr(), list.Items)
+		},
+	}
+
+	images := &cobra.Command{
+		Use:     "images",
+		Aliases: []string{"image", "img"},
+		Short:   "List images: IMAGE ID SIZE LAST USED PINNED",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(output, "wide"); err != nil {
+				return err
+			}
+			c, err := e.client(cmd)
+			if err != nil {
+				return err
+			}
+			var list server.ImageList
+			if err := c.getJSON(cmd.Context(), "/images", &list); err != nil {
+				return err
+			}
+			if output == "json" || output == "yaml" {
+				return printObject(cmd.OutOrStdout(), output, list)
+			}
+			return printImages(cmd.OutOrStdout(), cmd.ErrOrStderr(), list.Items, e.now())
+		},
+	}
+	cmd.AddCommand(pods, events, node, devices, images)
+	return cmd
+}
+
+// filterPods keeps pods of namespace (all when empty) and, when names are
+// given, those names.
+func filterPods(pods []v1.Pod, namespace string, names []string) []v1.Pod {
+	var out []v1.Pod
+	for _, p := range pods {
+		if namespace != "" && p.Namespace != namespace {
+			continue
+		}
+		if len(names) > 0 && !contains(names, p.Name) {
+			continue
+		}
+		out = append(out, p)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+}
+
+// row writes tab-separated cells as one table line.
+func row(tw io.Writer, cells ...string) {
+	_, _ = fmt.Fprintln(tw, strings.Join(cells, "\t"))
+}
+
+func printPods(w io.Writer, pods []v1.Pod, wide, withNamespace bool, now time.Time) error {
+	if len(pods) == 0 {
+		_, err := fmt.Fprintln(w, "No resources found.")
+		return err
+	}
+	tw := newTable(w)
+	head := []string{"NAME", "READY", "STATUS", "RESTARTS", "AGE"}
+	if withNamespace {
+		head = append([]string{"NAMESPACE"}, head...)
+	}
+	if wide {
+		head = append(head, "IP", "NODE")
+	}
+	row(tw, head...)
+	for i := range pods {
+		p := &pods[i]
+		s := summarizePod(p, now)
+		cells := []string{p.Name, s.Ready, s.Status, s.Restarts, age(p.CreationTimestamp.Time, now)}
+		if withNamespace {
+			cells = append([]string{p.Namespace}, cells...)
+		}
+		if wide {
+			cells = append(cells, orNone(p.Status.PodIP), orNone(p.Spec.NodeName))
+		}
+		row(tw, cells...)
+	}
+	return tw.Flush()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+// eventTimes returns the first and last time an event was seen.
+func eventTimes(ev *v1.Event) (first, last time.Time) {
+	first, last = ev.FirstTimestamp.Time, ev.LastTimestamp.Time
+	if first.IsZero() {
+		first = ev.EventTime.Time
+	}
+	if ev.Series != nil && ev.Series.LastObservedTime.After(last) {
+		last = ev.Series.LastObservedTime.Time
+	}
+	if last.IsZero() {
+		last = first
+	}
+	return first, last
+}
+
+func eventCount(ev *v1.Event) int32 {
+	if ev.Series != nil && ev.Series.Count > ev.Count {
+		return ev.Series.Count
+	}
+	if ev.Count == 0 {
+		return 1
+	}
+	return ev.Count
+}
+
+func eventSource(ev *v1.Event) string {
+	comp, host := ev.Source.Component, ev.Source.Host
+	if comp == "" {
+		comp = ev.ReportingController
+	}
+	if host == "" {
+		host = ev.ReportingInstance
+	}
+	switch {
+	case comp == "" && host == "":
+		return "<none>"
+	case host == "":
+		return comp
+	default:
+		return comp + ", " + host
+	}
+}
+
+// sortEvents orders events by when they were last seen, oldest first.
+func sortEvents(evs []v1.Event) {
+	sort.SliceStable(evs, func(i, j int) bool {
+		_, a := eventTimes(&evs[i])
+		_, b := eventTimes(&evs[j])
+		return a.Before(b)
+	})
+}
+
+func printEvents(w io.Writer, evs []v1.Event, wide bool, now time.Time) error {
+	if len(evs) == 0 {
+		_, err := fmt.Fprintln(w, "No events found.")
+		return err
+	}
+	sortEvents(evs)
+	tw := newTable(w)
+	if wide {
+		row(tw, "LAST SEEN", "TYPE", "REASON", "OBJECT", "SUBOBJECT", "SOURCE", "MESSAGE", "FIRST SEEN", "COUNT", "NAME")
+	} else {
+		row(tw, "LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE")
+	}
+	for i := range evs {
+		ev := &evs[i]
+		first, last := eventTimes(ev)
+		obj := strings.ToLower(ev.InvolvedObject.Kind) + "/" + ev.InvolvedObject.Name
+		msg := strings.TrimSpace(ev.Message)
+		if wide {
+			row(tw, age(last, now), ev.Type, ev.Reason, obj, ev.InvolvedObject.FieldPath, eventSource(ev), msg,
+				age(first, now), fmt.Sprint(eventCount(ev)), ev.Name)
+		} else {
+			row(tw, age(last, now), ev.Type, ev.Reason, obj, msg)
+		}
+	}
+	return tw.Flush()
+}
+
+// nodeStatus is "Ready", "NotReady" or "Unknown", with
+// ",SchedulingDisabled" when cordoned.
+func nodeStatus(n *v1.Node) string {
+	s := "Unknown"
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			if c.Status == v1.ConditionTrue {
+				s = "Ready"
+			} else {
+				s = "NotReady"
+			}
+		}
+	}
+	if n.Spec.Unschedulable {
+		s += ",SchedulingDisabled"
+	}
+	return s
+}
+
+func nodeRoles(n *v1.Node) string {
+	var roles []string
+	for k := range n.Labels {
+		if r, ok := strings.CutPrefix(k, "node-role.kubernetes.io/"); ok && r != "" {
+			roles = append(roles, r)
+		}
+	}
+	if len(roles) == 0 {
+		return "<none>"
+	}
+	sort.Strings(roles)
+	return strings.Join(roles, ",")
+}
+
+func nodeAddress(n *v1.Node, t v1.NodeAddressType) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == t {
+			return a.Address
+		}
+	}
+	return "<none>"
+}
+
+func printNode(w io.Writer, n *v1.Node, wide bool, now time.Time) error {
+	tw := newTable(w)
+	head := []string{"NAME", "STATUS", "ROLES", "AGE", "VERSION"}
+	cells := []string{n.Name, nodeStatus(n), nodeRoles(n), age(n.CreationTimestamp.Time, now), orNone(n.Status.NodeInfo.KubeletVersion)}
+	if wide {
+		head = append(head, "INTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME")
+		cells = append(cells, nodeAddress(n, v1.NodeInternalIP), orNone(n.Status.NodeInfo.OSImage),
+			orNone(n.Status.NodeInfo.KernelVersion), orNone(n.Status.NodeInfo.ContainerRuntimeVersion))
+	}
+	row(tw, head...)
+	row(tw, cells...)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !wide {
+		return nil
+	}
+	_, _ = fmt.Fprintln(w)
+	return printResourceTable(w, n.Status.Capacity, n.Status.Allocatable)
+}
+
+// printResourceTable prints RESOURCE CAPACITY ALLOCATABLE, one line per
+// resource name, sorted.
+func printResourceTable(w io.Writer, capacity, allocatable v1.ResourceList) error {
+	names := map[v1.ResourceName]bool{}
+	for k := range capacity {
+		names[k] = true
+	}
+	for k := range allocatable {
+		names[k] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for k := range names {
+		sorted = append(sorted, string(k))
+	}
+	sort.Strings(sorted)
+	tw := newTable(w)
+	row(tw, "RESOURCE", "CAPACITY", "ALLOCATABLE")
+	for _, k := range sorted {
+		row(tw, k, quantity(capacity, k), quantity(allocatable, k))
+	}
+	return tw.Flush()
+}
+
+func quantity(l v1.ResourceList, name string) string {
+	q, ok := l[v1.ResourceName(name)]
+	if !ok {
+		return "-"
+	}
+	return q.String()
+}
+
+func printDevices(w, errw io.Writer, devs []server.Device) error {
+	if len(devs) == 0 {
+		_, err := fmt.Fprintln(errw, "No devices found.")
+		return err
+	}
+	tw := newTable(w)
+	row(tw, "RESOURCE", "DEVICE", "HEALTH", "POD", "CONTAINER")
+	for _, d := range devs {
+		row(tw, d.Resource, d.ID, d.Health, orNone(d.Pod), orNone(d.Container))
+	}
+	return tw.Flush()
+}
+
+func printImages(w, errw io.Writer, imgs []server.Image, now time.Time) error {
+	if len(imgs) == 0 {
+		_, err := fmt.Fprintln(errw, "No images found.")
+		return err
+	}
+	tw := newTable(w)
+	row(tw, "IMAGE", "ID", "SIZE", "LAST USED", "PINNED")
+	for _, im := range imgs {
+		name := "<none>"
+		if len(im.RepoTags) > 0 {
+			name = strings.Join(im.RepoTags, ",")
+		}
+		id := strings.TrimPrefix(im.ID, "sha256:")
+		if len(id) > 12 {
+			id = id[:12]
+		}
+		used := "never"
+		if !im.LastUsed.IsZero() {
+			used = age(im.LastUsed, now) + " ago"
+		}
+		pinned := "false"
+		if im.Pinned {
+			pinned = "true"
+		}
+		row(tw, name, id, humanBytes(im.Size), used, pinned)
+	}
+	return tw.Flush()
+}
+
+// humanBytes prints a size in binary units, as "512B", "1.5Ki", "12Mi".
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	v, suffix := float64(n), ""
+	for _, s := range []string{"Ki", "Mi", "Gi", "Ti", "Pi"} {
+		if v < unit {
+			break
+		}
+		v /= unit
+		suffix = s
+	}
+	if v >= 100 {
+		return fmt.Sprintf("%.0f%s", v, suffix)
+	}
+	return fmt.Sprintf("%.1f%s", v, suffix)
+}
+
+// writeIndentedJSON pretty-prints a JSON document.
+func writeIndentedJSON(w io.Writer, b []byte) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, b, "", "    "); err != nil {
+		return fmt.Errorf("encode output: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err := w.Write(buf.Bytes())
+	return err
+}

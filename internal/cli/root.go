@@ -1,0 +1,155 @@
+// Package cli holds the user commands of the minilet binary (get, describe,
+// logs, top, version). They talk to a running agent over its read-only HTTP
+// API and print like kubectl.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/minilet/minilet/internal/server"
+)
+
+// DefaultRootDir is the agent's default --root-dir, where the CLI looks for
+// the address file of a local agent.
+const DefaultRootDir = "/var/lib/minilet"
+
+// DefaultServer is used when neither --server nor an address file is given.
+const DefaultServer = "http://127.0.0.1:10255"
+
+// Version is the minilet version, set at build time with
+// -ldflags "-X github.com/minilet/minilet/internal/cli.Version=v0.1.0".
+var Version = "dev"
+
+// Options are the dependencies of the commands; the zero value is the
+// production setup.
+type Options struct {
+	// Now returns the current time, for AGE columns. Default time.Now.
+	Now func() time.Time
+	// HTTPClient talks to the agent. Default: a client without timeout
+	// (logs -f streams).
+	HTTPClient *http.Client
+}
+
+// AddCommands adds get, describe, logs, top and version to root, and the
+// persistent flags --server and --root-dir when root does not have them.
+// The server URL is --server when given, else the URL in
+// <root-dir>/minilet.addr written by a local agent, else DefaultServer.
+func AddCommands(root *cobra.Command, opts Options) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{}
+	}
+	pf := root.PersistentFlags()
+	if pf.Lookup("server") == nil {
+		pf.String("server", "", "URL of the agent's HTTP API (default: from <root-dir>/minilet.addr, else "+DefaultServer+")")
+	}
+	if pf.Lookup("root-dir") == nil {
+		pf.String("root-dir", DefaultRootDir, "the agent's root directory, where it records its address")
+	}
+	env := &env{opts: opts}
+	root.AddCommand(
+		newGetCommand(env),
+		newDescribeCommand(env),
+		newLogsCommand(env),
+		newTopCommand(env),
+		newVersionCommand(),
+	)
+}
+
+// env gives commands their client and clock.
+type env struct {
+	opts Options
+}
+
+func (e *env) now() time.Time { return e.opts.Now() }
+
+// client resolves the server URL from the command's flags.
+func (e *env) client(cmd *cobra.Command) (*client, error) {
+	base, _ := cmd.Flags().GetString("server")
+	if base == "" {
+		rootDir, _ := cmd.Flags().GetString("root-dir")
+		if rootDir == "" {
+			rootDir = DefaultRootDir
+		}
+		u, err := server.ReadAddrFile(rootDir)
+		switch {
+		case err == nil:
+			base = u
+		case errors.Is(err, os.ErrPermission):
+			return nil, err
+		default:
+			base = DefaultServer
+		}
+	}
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	return &client{base: strings.TrimRight(base, "/"), http: e.opts.HTTPClient}, nil
+}
+
+// printObject writes v as JSON or YAML for -o json|yaml.
+func printObject(w io.Writer, format string, v any) error {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode output: %w", err)
+	}
+	if format == "json" {
+		if b, err = yaml.YAMLToJSON(b); err != nil {
+			return fmt.Errorf("encode output: %w", err)
+		}
+		return writeIndentedJSON(w, b)
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// checkOutput validates -o.
+func checkOutput(format string, allowed ...string) error {
+	for _, a := range append([]string{"", "json", "yaml"}, allowed...) {
+		if format == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown output format %q for -o: want one of json, yaml%s", format, prefixEach(", ", allowed))
+}
+
+func prefixEach(sep string, s []string) string {
+	var b strings.Builder
+	for _, x := range s {
+		b.WriteString(sep + x)
+	}
+	return b.String()
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the minilet version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rev := ""
+			if bi, ok := debug.ReadBuildInfo(); ok {
+				for _, s := range bi.Settings {
+					if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+						rev = " (" + s.Value[:12] + ")"
+					}
+				}
+			}
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "minilet %s%s %s %s/%s\n", Version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return err
+		},
+	}
+}
