@@ -21,9 +21,10 @@ type CorrelatorConfig struct {
 	// CacheSize bounds each of the three caches (aggregation, dedup, spam
 	// buckets); default 4096 entries.
 	CacheSize int
-	// AggregateMaxEvents is how many distinct messages with the same
-	// source, object, type and reason are passed through before they are
-	// combined into one event; default 10.
+	// AggregateMaxEvents: the Nth distinct message with the same source,
+	// object, type and reason within AggregateInterval, and every new one
+	// after it, is folded into one combined event; the first N-1 pass
+	// through. Default 10.
 	AggregateMaxEvents int
 	// AggregateInterval is how long a group of similar events stays open
 	// after its last event; default 10 minutes.
@@ -166,23 +167,22 @@ func groupKeyOf(ev *v1.Event) groupKey {
 	}
 }
 
-// aggregate records ev's message in its group. Below the threshold of
-// distinct messages ev passes unchanged; at the threshold a combined event
-// replaces it, keyed so that later combined events count onto it.
+// aggregate records ev's message in its group. The group's first
+// AggregateMaxEvents-1 distinct messages pass unchanged (and repeats of
+// them are deduplicated as usual); any further distinct message within
+// AggregateInterval of the group's last event is replaced by one combined
+// event, keyed so that later combined events count onto it. (client-go
+// evicts an arbitrary remembered message instead, which makes the outcome
+// depend on map order.)
 func (c *Correlator) aggregate(ev *v1.Event, gk groupKey, now time.Time) (*v1.Event, dedupKey) {
 	rec := c.agg.get(gk)
 	if rec == nil || now.Sub(rec.last) > c.cfg.AggregateInterval {
 		rec = c.agg.put(gk, aggRecord{messages: make(map[string]struct{}, 2)})
 	}
-	rec.messages[ev.Message] = struct{}{}
 	rec.last = now
-	if len(rec.messages) < c.cfg.AggregateMaxEvents {
+	if _, seen := rec.messages[ev.Message]; seen || len(rec.messages) < c.cfg.AggregateMaxEvents-1 {
+		rec.messages[ev.Message] = struct{}{}
 		return ev, dedupKey{group: gk, fieldPath: ev.InvolvedObject.FieldPath, message: ev.Message}
-	}
-	// Keep the set below the threshold so it never grows further.
-	for m := range rec.messages {
-		delete(rec.messages, m)
-		break
 	}
 	t := metav1.NewTime(now)
 	combined := &v1.Event{

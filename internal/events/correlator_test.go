@@ -89,6 +89,8 @@ func TestCorrelatorSequences(t *testing.T) {
 			step{advance: time.Minute, message: "msg 9", combined: true, count: 1},
 			step{message: "msg 10", combined: true, count: 2, sameAs: 10},
 			step{message: "msg 11", combined: true, count: 3, sameAs: 10},
+			step{message: "msg 3", count: 2, sameAs: 4},
+			step{message: "msg 10", combined: true, count: 4, sameAs: 10},
 		)},
 		{"a gap over ten minutes restarts the group", append(append([]step{}, similar...),
 			step{advance: 10*time.Minute + time.Second, message: "msg 9", count: 1},

@@ -263,7 +263,7 @@ func (s *Events) purgeLocked(now time.Time) (int, error) {
 func deleteOldest(eb, tb *bolt.Bucket, more func(ts int64, i int) bool) (int, error) {
 	var doomed [][]byte
 	c := tb.Cursor()
-	for k, _ := c.First(); k != nil && len(k) >= 8 && more(int64(binary.BigEndian.Uint64(k[:8])), len(doomed)); k, _ = c.Next() {
+	for k, _ := c.First(); len(k) >= 8 && more(int64(binary.BigEndian.Uint64(k[:8])), len(doomed)); k, _ = c.Next() {
 		doomed = append(doomed, append([]byte(nil), k...))
 	}
 	for _, k := range doomed {
