@@ -1,0 +1,214 @@
+package kuberuntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minilet/minilet/internal/container"
+)
+
+// minimumGracePeriod is the shortest stop window a container gets (unless
+// the caller overrides it), so a slow preStop hook does not turn a stop
+// into an immediate SIGKILL.
+const minimumGracePeriod = 2
+
+// KillPod stops every running container of the pod in parallel, each with
+// the pod's termination grace period less the time its preStop hook took
+// (gracePeriodOverride replaces it when set), then stops the pod's
+// sandboxes. pod may be nil for a pod the runtime holds but no source
+// knows any more (orphans); its name comes from status.
+func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, ps *container.PodStatus, gracePeriodOverride *int64) error {
+	if ps == nil {
+		return nil
+	}
+	if pod == nil {
+		pod = &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ps.Name, Namespace: ps.Namespace, UID: ps.UID}}
+		pod.Spec.TerminationGracePeriodSeconds = m.recordedGracePeriod(ctx, ps)
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, c := range ps.Containers {
+		if c.State != container.StateRunning {
+			continue
+		}
+		wg.Add(1)
+		go func(c *container.ContainerStatus) {
+			defer wg.Done()
+			err := m.killContainer(ctx, pod, specOf(pod, c.Name), c.ID, "Stopping container "+c.Name, "", gracePeriodOverride)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}(c)
+	}
+	wg.Wait()
+	for _, sb := range ps.Sandboxes {
+		if sb.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+			continue
+		}
+		if err := m.cfg.Runtime.StopPodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("stop sandbox %s of pod %s: %w", sb.ID, podDesc(pod), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// recordedGracePeriod reads the grace period the pod had when its
+// containers were created (for orphans, whose spec is gone).
+func (m *Manager) recordedGracePeriod(ctx context.Context, ps *container.PodStatus) *int64 {
+	for _, c := range ps.Containers {
+		resp, err := m.cfg.Runtime.ContainerStatus(ctx, c.ID, false)
+		if err != nil {
+			continue
+		}
+		if v, err := strconv.ParseInt(resp.GetStatus().GetAnnotations()[annotationGracePeriod], 10, 64); err == nil {
+			return &v
+		}
+	}
+	return nil
+}
+
+func specOf(pod *v1.Pod, name string) *v1.Container {
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return &pod.Spec.InitContainers[i]
+		}
+	}
+	return nil
+}
+
+// killContainer stops one container: Killing event, preStop hook, then
+// StopContainer with what is left of the grace period. reason "liveness"
+// or "startup" uses the probe's own grace period when it sets one.
+func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, spec *v1.Container, id, message, reason string, gracePeriodOverride *int64) error {
+	grace := gracePeriodOf(pod)
+	if spec != nil {
+		var p *v1.Probe
+		switch reason {
+		case "liveness":
+			p = spec.LivenessProbe
+		case "startup":
+			p = spec.StartupProbe
+		}
+		if p != nil && p.TerminationGracePeriodSeconds != nil {
+			grace = *p.TerminationGracePeriodSeconds
+		}
+	}
+	m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "Killing", message)
+	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && grace > 0 {
+		start := m.clock.Now()
+		if msg, err := m.runHook(ctx, pod, spec, id, "", spec.Lifecycle.PreStop, time.Duration(grace)*time.Second); err != nil {
+			m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %s", msg)
+		}
+		grace -= int64(m.clock.Since(start).Seconds())
+	}
+	if grace < minimumGracePeriod {
+		grace = minimumGracePeriod
+	}
+	if gracePeriodOverride != nil {
+		grace = *gracePeriodOverride
+	}
+	m.log.Info("stopping container", "pod", podDesc(pod), "id", id, "gracePeriod", grace)
+	if err := m.cfg.Runtime.StopContainer(ctx, id, grace); err != nil && !isNotFound(err) {
+		return fmt.Errorf("stop container %s of pod %s: %w", id, podDesc(pod), err)
+	}
+	return nil
+}
+
+// runHook runs a postStart or preStop handler. timeout 0 means none
+// (beyond ctx). It returns a message for the failure event.
+func (m *Manager) runHook(ctx context.Context, pod *v1.Pod, c *v1.Container, id, podIP string, h *v1.LifecycleHandler, timeout time.Duration) (string, error) {
+	switch {
+	case h.Exec != nil:
+		stdout, stderr, err := m.cfg.Runtime.ExecSync(ctx, id, h.Exec.Command, timeout)
+		if err != nil {
+			return fmt.Sprintf("Exec lifecycle hook (%v) for Container %q in Pod %q failed - error: %v, message: %q",
+				h.Exec.Command, c.Name, podDesc(pod), err, string(stdout)+string(stderr)), err
+		}
+		return "", nil
+	case h.HTTPGet != nil:
+		if err := m.httpHook(ctx, c, podIP, h.HTTPGet, timeout); err != nil {
+			return fmt.Sprintf("HTTP lifecycle hook (%s) for Container %q in Pod %q failed - error: %v", h.HTTPGet.Path, c.Name, podDesc(pod), err), err
+		}
+		return "", nil
+	case h.Sleep != nil:
+		select {
+		case <-m.clock.After(time.Duration(h.Sleep.Seconds) * time.Second):
+			return "", nil
+		case <-ctx.Done():
+			return "sleep hook interrupted", ctx.Err()
+		}
+	}
+	return "", nil
+}
+
+func (m *Manager) httpHook(ctx context.Context, c *v1.Container, podIP string, g *v1.HTTPGetAction, timeout time.Duration) error {
+	host := g.Host
+	if host == "" {
+		host = podIP
+	}
+	if host == "" {
+		host = m.cfg.HostIP
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port := g.Port.IntValue()
+	if port == 0 {
+		for _, p := range c.Ports {
+			if p.Name == g.Port.String() {
+				port = int(p.ContainerPort)
+			}
+		}
+	}
+	if port == 0 {
+		return fmt.Errorf("port %q not found in container %q", g.Port.String(), c.Name)
+	}
+	scheme := strings.ToLower(string(g.Scheme))
+	if scheme == "" {
+		scheme = "http"
+	}
+	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: g.Path}
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	for _, h := range g.HTTPHeaders {
+		req.Header.Add(h.Name, h.Value)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+		return fmt.Errorf("HTTP status %d", resp.StatusCode)
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package kuberuntime
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"path/filepath"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Labels and annotations the kubelet puts on sandboxes and containers;
+// keeping its keys lets crictl and other tools recognise our pods.
+const (
+	labelPodName       = "io.kubernetes.pod.name"
+	labelPodNamespace  = "io.kubernetes.pod.namespace"
+	labelPodUID        = "io.kubernetes.pod.uid"
+	labelContainerName = "io.kubernetes.container.name"
+
+	annotationHash         = "io.kubernetes.container.hash"
+	annotationRestartCount = "io.kubernetes.container.restartCount"
+	annotationGracePeriod  = "io.kubernetes.pod.terminationGracePeriod"
+	annotationTermMsgPath  = "io.kubernetes.container.terminationMessagePath"
+)
+
+func sandboxLabels(pod *v1.Pod) map[string]string {
+	l := make(map[string]string, len(pod.Labels)+3)
+	for k, v := range pod.Labels {
+		l[k] = v
+	}
+	l[labelPodName] = pod.Name
+	l[labelPodNamespace] = pod.Namespace
+	l[labelPodUID] = string(pod.UID)
+	return l
+}
+
+func containerLabels(pod *v1.Pod, c *v1.Container) map[string]string {
+	return map[string]string{
+		labelPodName:       pod.Name,
+		labelPodNamespace:  pod.Namespace,
+		labelPodUID:        string(pod.UID),
+		labelContainerName: c.Name,
+	}
+}
+
+func containerAnnotations(pod *v1.Pod, c *v1.Container, restartCount int) map[string]string {
+	return map[string]string{
+		annotationHash:         strconv.FormatUint(hashContainer(c), 16),
+		annotationRestartCount: strconv.Itoa(restartCount),
+		annotationGracePeriod:  strconv.FormatInt(gracePeriodOf(pod), 10),
+		annotationTermMsgPath:  c.TerminationMessagePath,
+	}
+}
+
+// hashContainer fingerprints a container spec; a running container whose
+// spec no longer hashes the same is restarted.
+func hashContainer(c *v1.Container) uint64 {
+	b, err := json.Marshal(c)
+	if err != nil {
+		// A v1.Container always marshals; fall back to its name.
+		b = []byte(c.Name)
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	return h.Sum64()
+}
+
+// podLogDir is the sandbox's log directory: LogRoot/<ns>_<name>_<uid>.
+func (m *Manager) podLogDir(namespace, name, uid string) string {
+	return filepath.Join(m.cfg.LogRoot, fmt.Sprintf("%s_%s_%s", namespace, name, uid))
+}
+
+// containerLogPath is the container's log path relative to the sandbox's
+// log directory: <container>/<restartCount>.log.
+func containerLogPath(name string, restartCount int) string {
+	return filepath.Join(name, strconv.Itoa(restartCount)+".log")
+}
+
+// podDesc names a pod the way the kubelet's messages do: name_ns(uid).
+func podDesc(pod *v1.Pod) string {
+	return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
+}
+
+func gracePeriodOf(pod *v1.Pod) int64 {
+	if pod.DeletionGracePeriodSeconds != nil {
+		return *pod.DeletionGracePeriodSeconds
+	}
+	if pod.Spec.TerminationGracePeriodSeconds != nil {
+		return *pod.Spec.TerminationGracePeriodSeconds
+	}
+	return v1.DefaultTerminationGracePeriodSeconds
+}

@@ -1,0 +1,157 @@
+// Package kuberuntime drives a container runtime over the CRI to make a
+// pod's containers match its spec: it creates the sandbox, runs init
+// containers in order, starts, restarts and kills app containers by the
+// restart policy, backs off crashing containers, pulls images, stops pods
+// with their grace period and garbage-collects dead containers. It is
+// minilet's own version of the kubelet's kuberuntime manager.
+package kuberuntime
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/minilet/minilet/internal/container"
+	"github.com/minilet/minilet/internal/events"
+	"github.com/minilet/minilet/internal/status"
+)
+
+// Runtime is the part of the CRI RuntimeService the manager uses; both
+// the embedded runtime and the remote CRI client satisfy it.
+type Runtime interface {
+	RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandboxConfig, runtimeHandler string) (string, error)
+	StopPodSandbox(ctx context.Context, podSandboxID string) error
+	RemovePodSandbox(ctx context.Context, podSandboxID string) error
+	PodSandboxStatus(ctx context.Context, podSandboxID string, verbose bool) (*runtimeapi.PodSandboxStatusResponse, error)
+	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
+	CreateContainer(ctx context.Context, podSandboxID string, config *runtimeapi.ContainerConfig, sandboxConfig *runtimeapi.PodSandboxConfig) (string, error)
+	StartContainer(ctx context.Context, containerID string) error
+	StopContainer(ctx context.Context, containerID string, timeout int64) error
+	RemoveContainer(ctx context.Context, containerID string) error
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
+	ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout []byte, stderr []byte, err error)
+}
+
+// Images is the part of the CRI ImageManagerService the manager uses.
+type Images interface {
+	ImageStatus(ctx context.Context, image *runtimeapi.ImageSpec, verbose bool) (*runtimeapi.ImageStatusResponse, error)
+	PullImage(ctx context.Context, image *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, podSandboxConfig *runtimeapi.PodSandboxConfig) (string, error)
+}
+
+// PodCgroups places pods and containers in cgroups (the QoS manager).
+type PodCgroups interface {
+	CgroupParent(pod *v1.Pod) string
+	ContainerResources(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxContainerResources
+}
+
+// ContainerOptions adds what device plugins allocated to a container.
+type ContainerOptions interface {
+	RunOptions(pod *v1.Pod, c *v1.Container) (*container.RunOptions, error)
+}
+
+// ProbeResults tells which running containers failed their liveness or
+// startup probe and must be restarted.
+type ProbeResults interface {
+	LivenessFailed(containerID string) bool
+	StartupFailed(containerID string) bool
+}
+
+// Config holds the manager's dependencies and settings.
+type Config struct {
+	Runtime Runtime // required
+	Images  Images  // required
+	// Recorder receives the kubelet's container events. Default: events.Nop.
+	Recorder events.Recorder
+	// Clock drives back-off. Default: the real clock.
+	Clock clock.Clock
+	// Logger default: discards.
+	Logger *slog.Logger
+	// LogRoot is where container logs go: each sandbox logs to
+	// LogRoot/<ns>_<name>_<uid>. Required.
+	LogRoot string
+	// PodsDir holds per-pod data; emptyDir volumes live in
+	// PodsDir/<uid>/volumes/kubernetes.io~empty-dir/<name>. Required for
+	// pods with emptyDir volumes.
+	PodsDir string
+	// HostIP is the node's IP for status.hostIP env vars and hook hosts.
+	HostIP string
+	// NodeAllocatable answers resourceFieldRef env vars of containers
+	// without a limit. Default: the machine's CPUs and memory.
+	NodeAllocatable v1.ResourceList
+	// RuntimeHandler is passed to RunPodSandbox. Default "".
+	RuntimeHandler string
+
+	// Optional hooks; nil means none.
+	PodCgroups       PodCgroups
+	ContainerOptions ContainerOptions
+	ProbeResults     ProbeResults
+}
+
+// Result is the outcome of one SyncPod.
+type Result struct {
+	// RequeueAfter, when positive, is when the pod should be synced again
+	// (a back-off ends).
+	RequeueAfter time.Duration
+	// Waiting says, per container name, why a container that should run
+	// is not running; feed it to status generation.
+	Waiting map[string]status.Waiting
+	// Err joins the failures of this sync (runtime errors, failed
+	// creates and starts); back-off alone is not an error.
+	Err error
+}
+
+func (r *Result) wait(name, reason, message string) {
+	if r.Waiting == nil {
+		r.Waiting = map[string]status.Waiting{}
+	}
+	r.Waiting[name] = status.Waiting{Reason: reason, Message: message}
+}
+
+func (r *Result) requeue(d time.Duration) {
+	if d > 0 && (r.RequeueAfter == 0 || d < r.RequeueAfter) {
+		r.RequeueAfter = d
+	}
+}
+
+// Manager syncs pods over the CRI. Its methods are safe for concurrent use
+// on different pods; calls for one pod must be serial (the pod worker's
+// job).
+type Manager struct {
+	cfg          Config
+	log          *slog.Logger
+	clock        clock.Clock
+	crashBackoff *backoff
+	imageBackoff *backoff
+}
+
+// The kubelet's restart and image pull back-off: 10 s doubling to 5 min.
+const (
+	backoffInitial = 10 * time.Second
+	backoffMax     = 300 * time.Second
+)
+
+// New returns a manager. Missing optional dependencies get their defaults.
+func New(cfg Config) *Manager {
+	if cfg.Recorder == nil {
+		cfg.Recorder = events.Nop{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Manager{
+		cfg:          cfg,
+		log:          cfg.Logger.With("component", "kuberuntime"),
+		clock:        cfg.Clock,
+		crashBackoff: newBackoff(cfg.Clock, backoffInitial, backoffMax),
+		imageBackoff: newBackoff(cfg.Clock, backoffInitial, backoffMax),
+	}
+}
