@@ -166,7 +166,7 @@ func decodeList(doc []byte) ([]*v1.Pod, error) {
 // sensitively and rejecting unknown and duplicate fields with their full
 // path (e.g. unknown field "spec.containers[0].imagePullPolicyy").
 func unmarshalStrict(doc []byte, v any) error {
-	j, err := yaml.YAMLToJSON(doc)
+	j, err := yaml.YAMLToJSONStrict(doc)
 	if err != nil {
 		return err
 	}

@@ -71,6 +71,7 @@ func (p *publisher) publish(pods []*v1.Pod) bool {
 	if !changed {
 		return false
 	}
+	p.ready.Store(true) // before the send: a receiver must see Ready
 	u := Update{Source: p.source, Pods: pods}
 	select {
 	case p.ch <- u:
@@ -81,7 +82,6 @@ func (p *publisher) publish(pods []*v1.Pod) bool {
 		}
 		p.ch <- u // single producer: there is room now
 	}
-	p.ready.Store(true)
 	return true
 }
 

@@ -1,0 +1,275 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+)
+
+// hostname is swapped by tests.
+var hostname = os.Hostname
+
+// build validates the defaulted kc plus the flag-only options and converts
+// them into a Config. Field paths use the KubeletConfiguration's JSON names,
+// or the flag name for flag-only settings.
+func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.ErrorList) {
+	var errs field.ErrorList
+	c := &Config{
+		Raw:                      *kc,
+		RootDir:                  o.RootDir,
+		DevicePluginDir:          o.DevicePluginDir,
+		Kubeconfig:               o.Kubeconfig,
+		StaticPodPath:            kc.StaticPodPath,
+		StaticPodURL:             kc.StaticPodURL,
+		StaticPodURLHeader:       http.Header{},
+		ContainerRuntimeEndpoint: kc.ContainerRuntimeEndpoint,
+		ImageServiceEndpoint:     kc.ImageServiceEndpoint,
+		ReadOnlyPort:             int(kc.ReadOnlyPort),
+		MaxPods:                  int(kc.MaxPods),
+		CgroupRoot:               kc.CgroupRoot,
+		CgroupsPerQOS:            *kc.CgroupsPerQOS,
+		CgroupDriver:             kc.CgroupDriver,
+		CPUCFSQuota:              *kc.CPUCFSQuota,
+		CPUCFSQuotaPeriod:        kc.CPUCFSQuotaPeriod.Duration,
+		PodPidsLimit:             *kc.PodPidsLimit,
+		EnforceNodeAllocatable:   kc.EnforceNodeAllocatable,
+		EvictionMaxPodGracePeriod: time.Duration(kc.EvictionMaxPodGracePeriod) *
+			time.Second,
+		ImageGCHighThresholdPercent: int(*kc.ImageGCHighThresholdPercent),
+		ImageGCLowThresholdPercent:  int(*kc.ImageGCLowThresholdPercent),
+		SerializeImagePulls:         *kc.SerializeImagePulls,
+		RegistryPullQPS:             int(*kc.RegistryPullQPS),
+		RegistryBurst:               int(kc.RegistryBurst),
+		ContainerLogMaxFiles:        int(*kc.ContainerLogMaxFiles),
+		EventRecordQPS:              int(*kc.EventRecordQPS),
+		EventBurst:                  int(kc.EventBurst),
+	}
+	if kc.MaxParallelImagePulls != nil {
+		c.MaxParallelImagePulls = int(*kc.MaxParallelImagePulls)
+	}
+	for k, vs := range kc.StaticPodURLHeader {
+		for _, v := range vs {
+			c.StaticPodURLHeader.Add(k, v)
+		}
+	}
+
+	// Durations: negative is always wrong; zero was defaulted where a default exists.
+	durations := []struct {
+		name string
+		dst  *time.Duration
+		src  time.Duration
+	}{
+		{"syncFrequency", &c.SyncFrequency, kc.SyncFrequency.Duration},
+		{"fileCheckFrequency", &c.FileCheckFrequency, kc.FileCheckFrequency.Duration},
+		{"httpCheckFrequency", &c.HTTPCheckFrequency, kc.HTTPCheckFrequency.Duration},
+		{"nodeStatusUpdateFrequency", &c.NodeStatusUpdateFrequency, kc.NodeStatusUpdateFrequency.Duration},
+		{"nodeStatusReportFrequency", &c.NodeStatusReportFrequency, kc.NodeStatusReportFrequency.Duration},
+		{"imageMinimumGCAge", &c.ImageMinimumGCAge, kc.ImageMinimumGCAge.Duration},
+		{"imageMaximumGCAge", &c.ImageMaximumGCAge, kc.ImageMaximumGCAge.Duration},
+		{"runtimeRequestTimeout", &c.RuntimeRequestTimeout, kc.RuntimeRequestTimeout.Duration},
+		{"evictionPressureTransitionPeriod", &c.EvictionPressureTransitionPeriod, kc.EvictionPressureTransitionPeriod.Duration},
+	}
+	for _, d := range durations {
+		*d.dst = d.src
+		if d.src < 0 {
+			errs = append(errs, field.Invalid(field.NewPath(d.name), d.src.String(), "must be greater than or equal to 0"))
+		}
+	}
+	if c.ImageMaximumGCAge > 0 && c.ImageMaximumGCAge <= c.ImageMinimumGCAge {
+		errs = append(errs, field.Invalid(field.NewPath("imageMaximumGCAge"), c.ImageMaximumGCAge.String(),
+			fmt.Sprintf("must be greater than imageMinimumGCAge (%s)", c.ImageMinimumGCAge)))
+	}
+	if c.CPUCFSQuotaPeriod < time.Millisecond || c.CPUCFSQuotaPeriod > time.Second {
+		errs = append(errs, field.Invalid(field.NewPath("cpuCFSQuotaPeriod"), c.CPUCFSQuotaPeriod.String(), "must be between 1ms and 1s, inclusive"))
+	}
+
+	errs = append(errs, validateRanges(kc)...)
+	errs = append(errs, buildIdentity(c, kc, o)...)
+
+	var rerrs field.ErrorList
+	c.KubeReserved, rerrs = parseReserved(kc.KubeReserved, field.NewPath("kubeReserved"))
+	errs = append(errs, rerrs...)
+	c.SystemReserved, rerrs = parseReserved(kc.SystemReserved, field.NewPath("systemReserved"))
+	errs = append(errs, rerrs...)
+
+	var eerrs field.ErrorList
+	c.EvictionHard, c.EvictionSoft, eerrs = parseEviction(kc)
+	errs = append(errs, eerrs...)
+
+	if q, err := resource.ParseQuantity(kc.ContainerLogMaxSize); err != nil || q.Sign() <= 0 {
+		errs = append(errs, field.Invalid(field.NewPath("containerLogMaxSize"), kc.ContainerLogMaxSize, "must be a positive quantity, e.g. 10Mi"))
+	} else {
+		c.ContainerLogMaxSize = q.Value()
+	}
+
+	level, err := parseLogLevel(o.LogLevel, o.Verbosity)
+	if err != nil {
+		errs = append(errs, field.NotSupported(field.NewPath("--"+FlagLogLevel), o.LogLevel, []string{"debug", "info", "warn", "error"}))
+	}
+	c.LogLevel = level
+	return c, errs
+}
+
+// validateRanges checks numeric ranges and enumerations.
+func validateRanges(kc *kubeletv1beta1.KubeletConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	percent := func(name string, v int32) {
+		if v < 0 || v > 100 {
+			errs = append(errs, field.Invalid(field.NewPath(name), v, "must be between 0 and 100"))
+		}
+	}
+	high, low := *kc.ImageGCHighThresholdPercent, *kc.ImageGCLowThresholdPercent
+	percent("imageGCHighThresholdPercent", high)
+	percent("imageGCLowThresholdPercent", low)
+	if low >= high {
+		errs = append(errs, field.Invalid(field.NewPath("imageGCLowThresholdPercent"), low,
+			fmt.Sprintf("must be less than imageGCHighThresholdPercent (%d)", high)))
+	}
+	nonNeg := func(name string, v int64) {
+		if v < 0 {
+			errs = append(errs, field.Invalid(field.NewPath(name), v, "must be greater than or equal to 0"))
+		}
+	}
+	nonNeg("maxPods", int64(kc.MaxPods))
+	nonNeg("registryPullQPS", int64(*kc.RegistryPullQPS))
+	nonNeg("registryBurst", int64(kc.RegistryBurst))
+	nonNeg("eventRecordQPS", int64(*kc.EventRecordQPS))
+	nonNeg("eventBurst", int64(kc.EventBurst))
+	nonNeg("evictionMaxPodGracePeriod", int64(kc.EvictionMaxPodGracePeriod))
+	if kc.MaxParallelImagePulls != nil {
+		if *kc.MaxParallelImagePulls < 1 {
+			errs = append(errs, field.Invalid(field.NewPath("maxParallelImagePulls"), *kc.MaxParallelImagePulls, "must be greater than 0"))
+		} else if *kc.SerializeImagePulls && *kc.MaxParallelImagePulls > 1 {
+			errs = append(errs, field.Invalid(field.NewPath("maxParallelImagePulls"), *kc.MaxParallelImagePulls,
+				"must be 1 (or unset) when serializeImagePulls is true"))
+		}
+	}
+	if p := *kc.PodPidsLimit; p < -1 {
+		errs = append(errs, field.Invalid(field.NewPath("podPidsLimit"), p, "must be -1 (no limit) or greater"))
+	}
+	if p := kc.ReadOnlyPort; p < 0 || p > 65535 {
+		errs = append(errs, field.Invalid(field.NewPath("readOnlyPort"), p, "must be between 0 and 65535"))
+	}
+	if n := *kc.ContainerLogMaxFiles; n < 2 {
+		errs = append(errs, field.Invalid(field.NewPath("containerLogMaxFiles"), n, "must be greater than 1"))
+	}
+	if kc.CgroupDriver != "cgroupfs" && kc.CgroupDriver != "systemd" {
+		errs = append(errs, field.NotSupported(field.NewPath("cgroupDriver"), kc.CgroupDriver, []string{"cgroupfs", "systemd"}))
+	}
+	if !strings.HasPrefix(kc.CgroupRoot, "/") {
+		errs = append(errs, field.Invalid(field.NewPath("cgroupRoot"), kc.CgroupRoot, "must be an absolute cgroup path, e.g. /minilet"))
+	}
+	for i, v := range kc.EnforceNodeAllocatable {
+		switch v {
+		case "pods", "system-reserved", "kube-reserved", "none":
+		default:
+			errs = append(errs, field.NotSupported(field.NewPath("enforceNodeAllocatable").Index(i), v,
+				[]string{"pods", "system-reserved", "kube-reserved", "none"}))
+		}
+	}
+	return errs
+}
+
+// buildIdentity resolves the node name, node IP, address and paths.
+func buildIdentity(c *Config, kc *kubeletv1beta1.KubeletConfiguration, o *Options) field.ErrorList {
+	var errs field.ErrorList
+	name := o.HostnameOverride
+	namePath := field.NewPath("--" + FlagHostnameOverride)
+	if name == "" {
+		h, err := hostname()
+		if err != nil {
+			errs = append(errs, field.InternalError(namePath, fmt.Errorf("no --hostname-override and no host name: %w", err)))
+		}
+		name = h
+	}
+	c.NodeName = strings.ToLower(strings.TrimSpace(name))
+	for _, msg := range validation.IsDNS1123Subdomain(c.NodeName) {
+		errs = append(errs, field.Invalid(namePath, c.NodeName, "node name "+msg))
+	}
+	if c.Address = net.ParseIP(kc.Address); c.Address == nil {
+		errs = append(errs, field.Invalid(field.NewPath("address"), kc.Address, "must be an IP address"))
+	}
+	if o.NodeIP != "" {
+		if c.NodeIP = net.ParseIP(o.NodeIP); c.NodeIP == nil {
+			errs = append(errs, field.Invalid(field.NewPath("--"+FlagNodeIP), o.NodeIP, "must be an IP address"))
+		}
+	}
+	if c.RootDir == "" || !strings.HasPrefix(c.RootDir, "/") {
+		errs = append(errs, field.Invalid(field.NewPath("--"+FlagRootDir), c.RootDir, "must be an absolute path"))
+	}
+	if c.DevicePluginDir == "" || !strings.HasPrefix(c.DevicePluginDir, "/") {
+		errs = append(errs, field.Invalid(field.NewPath("--"+FlagDevicePluginDir), c.DevicePluginDir, "must be an absolute path"))
+	}
+	if u := kc.StaticPodURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		errs = append(errs, field.Invalid(field.NewPath("staticPodURL"), u, "must be an http or https URL"))
+	}
+	return errs
+}
+
+// reservable are the resources kubeReserved and systemReserved may name.
+var reservable = []string{"cpu", "memory", "ephemeral-storage", "pid"}
+
+func parseReserved(m map[string]string, p *field.Path) (v1.ResourceList, field.ErrorList) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	var errs field.ErrorList
+	list := v1.ResourceList{}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		kp := p.Key(k)
+		ok := false
+		for _, r := range reservable {
+			ok = ok || k == r
+		}
+		if !ok {
+			errs = append(errs, field.NotSupported(kp, k, reservable))
+			continue
+		}
+		q, err := resource.ParseQuantity(m[k])
+		if err != nil {
+			errs = append(errs, field.Invalid(kp, m[k], "must be a quantity, e.g. 100m or 256Mi"))
+			continue
+		}
+		if q.Sign() < 0 {
+			errs = append(errs, field.Invalid(kp, m[k], "must be greater than or equal to 0"))
+			continue
+		}
+		list[v1.ResourceName(k)] = q
+	}
+	return list, errs
+}
+
+func parseLogLevel(s string, verbosity int) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "":
+		if verbosity >= 4 {
+			return slog.LevelDebug, nil
+		}
+		return slog.LevelInfo, nil
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return slog.LevelInfo, fmt.Errorf("unknown log level %q", s)
+}

@@ -1,0 +1,138 @@
+// Package config builds minilet's configuration the way the kubelet does:
+// a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file given with
+// --config, overridden by the flags explicitly set on the command line,
+// with the kubelet's defaults for every unset field (and minilet's own
+// defaults where they differ: address 127.0.0.1, readOnlyPort 10255,
+// cgroupRoot /minilet). The result, Config, holds typed values (durations,
+// resource lists, parsed eviction thresholds) and has been validated.
+package config
+
+import (
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+)
+
+// Config is the validated configuration the agent runs with. Every field
+// documents its default.
+type Config struct {
+	// File is the KubeletConfiguration file read ("" if none).
+	File string
+	// Raw is the merged, defaulted KubeletConfiguration, for fields minilet
+	// does not type here.
+	Raw kubeletv1beta1.KubeletConfiguration
+
+	// Identity and paths.
+	NodeName        string // --hostname-override, else the host name; lowercased
+	NodeIP          net.IP // --node-ip; nil = detect
+	RootDir         string // --root-dir; default /var/lib/minilet
+	DevicePluginDir string // --device-plugin-dir; default /var/lib/kubelet/device-plugins
+	Kubeconfig      string // --kubeconfig; "" = standalone
+
+	// Pod sources.
+	StaticPodPath      string        // staticPodPath / --pod-manifest-path; "" = none
+	StaticPodURL       string        // staticPodURL / --manifest-url; "" = none
+	StaticPodURLHeader http.Header   // staticPodURLHeader / --manifest-url-header
+	FileCheckFrequency time.Duration // fileCheckFrequency; default 20s
+	HTTPCheckFrequency time.Duration // httpCheckFrequency; default 20s
+	SyncFrequency      time.Duration // syncFrequency; default 1m
+
+	// Runtime.
+	ContainerRuntimeEndpoint string        // "" = the embedded runtime
+	ImageServiceEndpoint     string        // "" = same as the runtime
+	RuntimeRequestTimeout    time.Duration // default 2m
+
+	// Server.
+	Address      net.IP // address / --address; default 127.0.0.1
+	ReadOnlyPort int    // readOnlyPort / --read-only-port; default 10255; 0 = pick a free port
+
+	// Node status.
+	NodeStatusUpdateFrequency time.Duration // default 10s
+	NodeStatusReportFrequency time.Duration // default 5m
+	MaxPods                   int           // default 110
+
+	// Cgroups and resources.
+	CgroupRoot             string          // cgroupRoot / --cgroup-root; default /minilet (the kubelet's is "/")
+	CgroupsPerQOS          bool            // default true
+	CgroupDriver           string          // cgroupfs (default) or systemd
+	CPUCFSQuota            bool            // default true
+	CPUCFSQuotaPeriod      time.Duration   // default 100ms
+	PodPidsLimit           int64           // default -1 (no limit)
+	KubeReserved           v1.ResourceList // default none
+	SystemReserved         v1.ResourceList // default none
+	EnforceNodeAllocatable []string        // default [pods]
+
+	// Eviction.
+	EvictionHard                     []Threshold   // default memory.available<100Mi, nodefs.available<10%, nodefs.inodesFree<5%, imagefs.available<15%
+	EvictionSoft                     []Threshold   // default none; each has its GracePeriod
+	EvictionPressureTransitionPeriod time.Duration // default 5m
+	EvictionMaxPodGracePeriod        time.Duration // default 0
+
+	// Images.
+	ImageGCHighThresholdPercent int           // default 85
+	ImageGCLowThresholdPercent  int           // default 80
+	ImageMinimumGCAge           time.Duration // default 2m
+	ImageMaximumGCAge           time.Duration // default 0 (off)
+	SerializeImagePulls         bool          // default true
+	MaxParallelImagePulls       int           // 0 = unlimited when not serialized; default 0
+	RegistryPullQPS             int           // default 5 (0 = unlimited)
+	RegistryBurst               int           // default 10
+
+	// Logs and events.
+	ContainerLogMaxSize  int64 // bytes; default 10Mi
+	ContainerLogMaxFiles int   // default 5
+	EventRecordQPS       int   // default 50
+	EventBurst           int   // default 100
+	LogLevel             slog.Level
+}
+
+// Signal is an eviction signal name, like "memory.available".
+type Signal string
+
+// The eviction signals minilet accepts (the kubelet's Linux set).
+const (
+	SignalMemoryAvailable            Signal = "memory.available"
+	SignalAllocatableMemoryAvailable Signal = "allocatableMemory.available"
+	SignalNodeFsAvailable            Signal = "nodefs.available"
+	SignalNodeFsInodesFree           Signal = "nodefs.inodesFree"
+	SignalImageFsAvailable           Signal = "imagefs.available"
+	SignalImageFsInodesFree          Signal = "imagefs.inodesFree"
+	SignalContainerFsAvailable       Signal = "containerfs.available"
+	SignalContainerFsInodesFree      Signal = "containerfs.inodesFree"
+	SignalPIDAvailable               Signal = "pid.available"
+)
+
+var knownSignals = map[Signal]bool{
+	SignalMemoryAvailable: true, SignalAllocatableMemoryAvailable: true,
+	SignalNodeFsAvailable: true, SignalNodeFsInodesFree: true,
+	SignalImageFsAvailable: true, SignalImageFsInodesFree: true,
+	SignalContainerFsAvailable: true, SignalContainerFsInodesFree: true,
+	SignalPIDAvailable: true,
+}
+
+// Operator compares an observed signal with a threshold.
+type Operator string
+
+// OpLessThan is the only operator eviction thresholds use.
+const OpLessThan Operator = "LessThan"
+
+// ThresholdValue is an absolute quantity or a percentage of capacity;
+// exactly one is set.
+type ThresholdValue struct {
+	Quantity   *resource.Quantity
+	Percentage float64 // fraction in (0, 1]; 0.1 = 10%
+}
+
+// Threshold is one eviction threshold, e.g. memory.available<100Mi.
+type Threshold struct {
+	Signal      Signal
+	Operator    Operator
+	Value       ThresholdValue
+	GracePeriod time.Duration   // soft thresholds only
+	MinReclaim  *ThresholdValue // evictionMinimumReclaim for this signal, if any
+}

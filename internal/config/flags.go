@@ -1,0 +1,121 @@
+package config
+
+import (
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Options are the raw command-line values. Flags that map to a
+// KubeletConfiguration field override the --config file only when they are
+// set explicitly on the command line; the others always apply.
+type Options struct {
+	ConfigFile string
+
+	// Flags without a KubeletConfiguration field.
+	RootDir          string
+	DevicePluginDir  string
+	HostnameOverride string
+	Kubeconfig       string
+	NodeIP           string
+	LogLevel         string
+	Verbosity        int
+
+	// Flags backed by a KubeletConfiguration field (name in brackets).
+	PodManifestPath          string            // staticPodPath
+	ManifestURL              string            // staticPodURL
+	ManifestURLHeader        []string          // staticPodURLHeader, "Key:Value" items
+	ContainerRuntimeEndpoint string            // containerRuntimeEndpoint
+	Address                  string            // address
+	ReadOnlyPort             int32             // readOnlyPort
+	CgroupRoot               string            // cgroupRoot
+	CgroupsPerQOS            bool              // cgroupsPerQOS
+	CgroupDriver             string            // cgroupDriver
+	KubeReserved             map[string]string // kubeReserved
+	SystemReserved           map[string]string // systemReserved
+	EvictionHard             string            // evictionHard, "signal<value,..."
+	MaxPods                  int32             // maxPods
+	ImageGCHighThreshold     int32             // imageGCHighThresholdPercent
+	ImageGCLowThreshold      int32             // imageGCLowThresholdPercent
+	ImageMinimumGCAge        time.Duration     // imageMinimumGCAge
+	FileCheckFrequency       time.Duration     // fileCheckFrequency
+	SyncFrequency            time.Duration     // syncFrequency
+	PodMaxPids               int64             // podPidsLimit
+	SerializeImagePulls      bool              // serializeImagePulls
+}
+
+// Flag names, as the kubelet spells them.
+const (
+	FlagConfig                   = "config"
+	FlagRootDir                  = "root-dir"
+	FlagPodManifestPath          = "pod-manifest-path"
+	FlagManifestURL              = "manifest-url"
+	FlagManifestURLHeader        = "manifest-url-header"
+	FlagContainerRuntimeEndpoint = "container-runtime-endpoint"
+	FlagAddress                  = "address"
+	FlagReadOnlyPort             = "read-only-port"
+	FlagDevicePluginDir          = "device-plugin-dir"
+	FlagCgroupRoot               = "cgroup-root"
+	FlagCgroupsPerQOS            = "cgroups-per-qos"
+	FlagCgroupDriver             = "cgroup-driver"
+	FlagHostnameOverride         = "hostname-override"
+	FlagKubeconfig               = "kubeconfig"
+	FlagNodeIP                   = "node-ip"
+	FlagKubeReserved             = "kube-reserved"
+	FlagSystemReserved           = "system-reserved"
+	FlagEvictionHard             = "eviction-hard"
+	FlagMaxPods                  = "max-pods"
+	FlagImageGCHighThreshold     = "image-gc-high-threshold"
+	FlagImageGCLowThreshold      = "image-gc-low-threshold"
+	FlagImageMinimumGCAge        = "image-minimum-gc-age"
+	FlagFileCheckFrequency       = "file-check-frequency"
+	FlagSyncFrequency            = "sync-frequency"
+	FlagPodMaxPids               = "pod-max-pids"
+	FlagSerializeImagePulls      = "serialize-image-pulls"
+	FlagLogLevel                 = "log-level"
+	FlagVerbosity                = "v"
+)
+
+// Defaults of minilet-only settings and of those that differ from the kubelet.
+const (
+	DefaultRootDir         = "/var/lib/minilet"
+	DefaultDevicePluginDir = "/var/lib/kubelet/device-plugins"
+	DefaultAddress         = "127.0.0.1"
+	DefaultReadOnlyPort    = 10255
+	// DefaultCgroupRoot keeps minilet's cgroups apart from a kubelet's or
+	// systemd's on the same machine (the kubelet's default is "/").
+	DefaultCgroupRoot = "/minilet"
+)
+
+// AddFlags registers the kubelet-named flags on fs, writing into o. Flag
+// defaults match the configuration defaults, so --help tells the truth.
+func AddFlags(fs *pflag.FlagSet, o *Options) {
+	fs.StringVar(&o.ConfigFile, FlagConfig, "", "KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file; flags set on the command line override it")
+	fs.StringVar(&o.RootDir, FlagRootDir, DefaultRootDir, "directory for minilet state: logs, checkpoints, images, sockets")
+	fs.StringVar(&o.PodManifestPath, FlagPodManifestPath, "", "directory (or file) of static pod manifests to run")
+	fs.StringVar(&o.ManifestURL, FlagManifestURL, "", "URL serving static pod manifests (a Pod or PodList)")
+	fs.StringSliceVar(&o.ManifestURLHeader, FlagManifestURLHeader, nil, "HTTP headers for --manifest-url, as 'Key:Value' (repeat or comma-separate)")
+	fs.StringVar(&o.ContainerRuntimeEndpoint, FlagContainerRuntimeEndpoint, "", "CRI endpoint, e.g. unix:///run/containerd/containerd.sock; empty = the embedded runtime")
+	fs.StringVar(&o.Address, FlagAddress, DefaultAddress, "IP address the read-only HTTP server listens on")
+	fs.Int32Var(&o.ReadOnlyPort, FlagReadOnlyPort, DefaultReadOnlyPort, "port of the read-only HTTP server; 0 picks a free port")
+	fs.StringVar(&o.DevicePluginDir, FlagDevicePluginDir, DefaultDevicePluginDir, "directory holding the device plugin registration socket")
+	fs.StringVar(&o.CgroupRoot, FlagCgroupRoot, DefaultCgroupRoot, "cgroup under which pod cgroups are created (minilet's default differs from the kubelet's '/')")
+	fs.BoolVar(&o.CgroupsPerQOS, FlagCgroupsPerQOS, true, "create the QoS cgroup hierarchy (guaranteed at the root, burstable, besteffort)")
+	fs.StringVar(&o.CgroupDriver, FlagCgroupDriver, "cgroupfs", "cgroup driver: cgroupfs or systemd")
+	fs.StringVar(&o.HostnameOverride, FlagHostnameOverride, "", "node name to use instead of the host name")
+	fs.StringVar(&o.Kubeconfig, FlagKubeconfig, "", "kubeconfig of an API server to join as a node; empty = standalone")
+	fs.StringVar(&o.NodeIP, FlagNodeIP, "", "IP address of the node; empty = detect")
+	fs.StringToStringVar(&o.KubeReserved, FlagKubeReserved, nil, "resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=256Mi")
+	fs.StringToStringVar(&o.SystemReserved, FlagSystemReserved, nil, "resources reserved for the system, e.g. cpu=100m,memory=256Mi")
+	fs.StringVar(&o.EvictionHard, FlagEvictionHard, "", "hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10%")
+	fs.Int32Var(&o.MaxPods, FlagMaxPods, 110, "maximum number of pods on this node")
+	fs.Int32Var(&o.ImageGCHighThreshold, FlagImageGCHighThreshold, 85, "disk usage percent that starts image garbage collection")
+	fs.Int32Var(&o.ImageGCLowThreshold, FlagImageGCLowThreshold, 80, "disk usage percent image garbage collection frees down to")
+	fs.DurationVar(&o.ImageMinimumGCAge, FlagImageMinimumGCAge, 2*time.Minute, "minimum age of an unused image before it may be collected")
+	fs.DurationVar(&o.FileCheckFrequency, FlagFileCheckFrequency, 20*time.Second, "how often to re-read --pod-manifest-path besides reacting to changes")
+	fs.DurationVar(&o.SyncFrequency, FlagSyncFrequency, time.Minute, "maximum period between pod syncs")
+	fs.Int64Var(&o.PodMaxPids, FlagPodMaxPids, -1, "maximum processes per pod; -1 = no limit")
+	fs.BoolVar(&o.SerializeImagePulls, FlagSerializeImagePulls, true, "pull one image at a time")
+	fs.StringVar(&o.LogLevel, FlagLogLevel, "", "log level: debug, info, warn or error (default info)")
+	fs.IntVarP(&o.Verbosity, FlagVerbosity, "v", 0, "klog-style verbosity; 4 or more means --log-level=debug")
+}
