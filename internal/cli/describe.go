@@ -224,11 +224,11 @@ func (d *describer) describeContainers(specs []v1.Container, statuses []v1.Conta
 			if s.LastTerminationState.Terminated != nil || s.LastTerminationState.Running != nil || s.LastTerminationState.Waiting != nil {
 				d.describeState("Last State", s.LastTerminationState)
 			}
-			d.line(2, "Ready:\t%t", s.Ready)
+			d.line(2, "Ready:\t%s", boolWord(s.Ready))
 			d.line(2, "Restart Count:\t%d", s.RestartCount)
 		} else {
 			d.line(2, "State:\tWaiting")
-			d.line(2, "Ready:\tfalse")
+			d.line(2, "Ready:\tFalse")
 			d.line(2, "Restart Count:\t0")
 		}
 		d.describeResources("Limits", c.Resources.Limits)
@@ -255,6 +255,14 @@ func (d *describer) describeContainers(specs []v1.Container, statuses []v1.Conta
 			}
 		}
 	}
+}
+
+// boolWord prints a bool as kubectl describe does: True or False.
+func boolWord(b bool) string {
+	if b {
+		return "True"
+	}
+	return "False"
 }
 
 func orDefault(s, def string) string {
