@@ -79,7 +79,7 @@ func testAgent(t *testing.T) *agentData {
 			LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 5},
 		}}},
 		Status: v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.0.0.5", HostIP: "10.0.0.5", StartTime: &metav1.Time{Time: now.Add(-10 * time.Minute)},
-			Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}},
+			Conditions:        []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}},
 			ContainerStatuses: []v1.ContainerStatus{withLastExit(running("nginx", true, 2), 3*time.Minute)}},
 	}
 	multi := v1.Pod{
