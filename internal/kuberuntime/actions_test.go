@@ -1,0 +1,202 @@
+package kuberuntime
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minilet/minilet/internal/container"
+)
+
+var base = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
+func mkPod(policy v1.RestartPolicy, inits []v1.Container, apps ...string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1"}}
+	p.Spec.RestartPolicy = policy
+	p.Spec.InitContainers = inits
+	for _, n := range apps {
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: n, Image: "host"})
+	}
+	return p
+}
+
+func initC(name string, sidecar bool) v1.Container {
+	c := v1.Container{Name: name, Image: "host"}
+	if sidecar {
+		always := v1.ContainerRestartPolicyAlways
+		c.RestartPolicy = &always
+	}
+	return c
+}
+
+// st makes a runtime status for a spec container; at is minutes after base.
+func st(pod *v1.Pod, name string, state container.State, exit int32, at int) *container.ContainerStatus {
+	c := specOf(pod, name)
+	return &container.ContainerStatus{ID: name + "-" + string(rune('a'+at)), Name: name, State: state, ExitCode: exit,
+		CreatedAt: base.Add(time.Duration(at) * time.Minute), Hash: hashContainer(c)}
+}
+
+func sandbox(state runtimeapi.PodSandboxState, attempt uint32) *container.SandboxStatus {
+	return &container.SandboxStatus{ID: "sb", State: state, CreatedAt: base, Attempt: attempt}
+}
+
+type probeStub struct{ liveness, startup map[string]bool }
+
+func (p probeStub) LivenessFailed(id string) bool { return p.liveness[id] }
+func (p probeStub) StartupFailed(id string) bool  { return p.startup[id] }
+
+func TestComputePodActions(t *testing.T) {
+	ready := sandbox(runtimeapi.PodSandboxState_SANDBOX_READY, 0)
+	notReady := sandbox(runtimeapi.PodSandboxState_SANDBOX_NOTREADY, 0)
+	always, onFailure, never := v1.RestartPolicyAlways, v1.RestartPolicyOnFailure, v1.RestartPolicyNever
+	apps := mkPod(always, nil, "a", "b")
+	withInit := mkPod(always, []v1.Container{initC("i1", false), initC("i2", false)}, "a")
+	withInitNever := mkPod(never, []v1.Container{initC("i1", false)}, "a")
+	withSidecar := mkPod(always, []v1.Container{initC("side", true), initC("i1", false)}, "a")
+	changed := mkPod(always, nil, "a")
+	changedStatus := st(changed, "a", container.StateRunning, 0, 1)
+	changedStatus.Hash++
+
+	cases := []struct {
+		name   string
+		pod    *v1.Pod
+		sbs    []*container.SandboxStatus
+		cs     []*container.ContainerStatus
+		probes ProbeResults
+		want   podActions
+	}{
+		{name: "new pod", pod: apps, want: podActions{CreateSandbox: true, ContainersToStart: []int{0, 1}}},
+		{name: "new pod with init starts the first init only", pod: withInit,
+			want: podActions{CreateSandbox: true, InitContainersToStart: []int{0}}},
+		{name: "all running: nothing to do", pod: apps, sbs: []*container.SandboxStatus{ready},
+			cs:   []*container.ContainerStatus{st(apps, "a", container.StateRunning, 0, 1), st(apps, "b", container.StateRunning, 0, 1)},
+			want: podActions{SandboxID: "sb"}},
+		{name: "always restarts a succeeded container", pod: apps, sbs: []*container.SandboxStatus{ready},
+			cs:   []*container.ContainerStatus{st(apps, "a", container.StateExited, 0, 1), st(apps, "b", container.StateRunning, 0, 1)},
+			want: podActions{SandboxID: "sb", ContainersToStart: []int{0}}},
+		{name: "onFailure restarts only failures", pod: mkPod(onFailure, nil, "a", "b"), sbs: []*container.SandboxStatus{ready},
+			cs: []*container.ContainerStatus{st(apps, "a", container.StateExited, 0, 1), st(apps, "b", container.StateExited, 1, 1)},
+			want: podActions{SandboxID: "sb", ContainersToStart: []int{1}}},
+		{name: "never: all done kills the pod", pod: mkPod(never, nil, "a", "b"), sbs: []*container.SandboxStatus{ready},
+			cs: []*container.ContainerStatus{st(apps, "a", container.StateExited, 0, 1), st(apps, "b", container.StateExited, 1, 1)},
+			want: podActions{SandboxID: "sb", KillPod: true}},
+		{name: "never: dead sandbox is not recreated", pod: mkPod(never, nil, "a"), sbs: []*container.SandboxStatus{sandbox(runtimeapi.PodSandboxState_SANDBOX_NOTREADY, 0)},
+			cs: []*container.ContainerStatus{st(apps, "a", container.StateExited, 0, 1)}, want: podActions{KillPod: true, Attempt: 1}},
+		{name: "sandbox died: kill and recreate with next attempt", pod: apps, sbs: []*container.SandboxStatus{notReady},
+			cs:   []*container.ContainerStatus{st(apps, "a", container.StateRunning, 0, 1)},
+			want: podActions{KillPod: true, CreateSandbox: true, SandboxChanged: true, Attempt: 1, ContainersToStart: []int{0, 1}}},
+		{name: "spec changed restarts", pod: changed, sbs: []*container.SandboxStatus{ready}, cs: []*container.ContainerStatus{changedStatus},
+			want: podActions{SandboxID: "sb", ContainersToStart: []int{0}, ContainersToKill: []containerToKill{
+				{ID: changedStatus.ID, Name: "a", Spec: &changed.Spec.Containers[0], Message: "Container a definition changed, will be restarted"}}}},
+		{name: "liveness failure restarts", pod: apps, sbs: []*container.SandboxStatus{ready},
+			cs:     []*container.ContainerStatus{st(apps, "a", container.StateRunning, 0, 1), st(apps, "b", container.StateRunning, 0, 1)},
+			probes: probeStub{liveness: map[string]bool{"a-b": true}},
+			want: podActions{SandboxID: "sb", ContainersToStart: []int{0}, ContainersToKill: []containerToKill{
+				{ID: "a-b", Name: "a", Spec: &apps.Spec.Containers[0], Reason: "liveness", Message: "Container a failed liveness probe, will be restarted"}}}},
+		{name: "startup failure with never kills without restart", pod: mkPod(never, nil, "a"), sbs: []*container.SandboxStatus{ready},
+			cs:     []*container.ContainerStatus{st(apps, "a", container.StateRunning, 0, 1)},
+			probes: probeStub{startup: map[string]bool{"a-b": true}},
+			want:   podActions{SandboxID: "sb", KillPod: true}},
+		{name: "init: first running, wait", pod: withInit, sbs: []*container.SandboxStatus{ready},
+			cs: []*container.ContainerStatus{st(withInit, "i1", container.StateRunning, 0, 1)}, want: podActions{SandboxID: "sb"}},
+		{name: "init: first done, start second", pod: withInit, sbs: []*container.SandboxStatus{ready},
+			cs:   []*container.ContainerStatus{st(withInit, "i1", container.StateExited, 0, 1)},
+			want: podActions{SandboxID: "sb", InitContainersToStart: []int{1}}},
+		{name: "init: all done, start apps", pod: withInit, sbs: []*container.SandboxStatus{ready},
+			cs:   []*container.ContainerStatus{st(withInit, "i1", container.StateExited, 0, 1), st(withInit, "i2", container.StateExited, 0, 2)},
+			want: podActions{SandboxID: "sb", ContainersToStart: []int{0}}},
+		{name: "init: failure retried under always", pod: withInit, sbs: []*container.SandboxStatus{ready},
+			cs:   []*container.ContainerStatus{st(withInit, "i1", container.StateExited, 1, 1)},
+			want: podActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
+		{name: "init: failure under never fails the pod", pod: withInitNever, sbs: []*container.SandboxStatus{ready},
+			cs:   []*container.ContainerStatus{st(withInitNever, "i1", container.StateExited, 1, 1)},
+			want: podActions{SandboxID: "sb", KillPod: true}},
+		{name: "init: statuses from an older sandbox do not count", pod: withInit, sbs: []*container.SandboxStatus{ready},
+			cs:   []*container.ContainerStatus{st(withInit, "i1", container.StateExited, 0, -5), st(withInit, "a", container.StateExited, 0, -4)},
+			want: podActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
+		{name: "sidecar: start it first and wait", pod: withSidecar, sbs: []*container.SandboxStatus{ready},
+			want: podActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
+		{name: "sidecar running: next init proceeds", pod: withSidecar, sbs: []*container.SandboxStatus{ready},
+			cs:   []*container.ContainerStatus{st(withSidecar, "side", container.StateRunning, 0, 1)},
+			want: podActions{SandboxID: "sb", InitContainersToStart: []int{1}}},
+		{name: "sidecar died after init: restart it", pod: withSidecar, sbs: []*container.SandboxStatus{ready},
+			cs: []*container.ContainerStatus{st(withSidecar, "side", container.StateExited, 1, 1), st(withSidecar, "i1", container.StateExited, 0, 2),
+				st(withSidecar, "a", container.StateRunning, 0, 3)},
+			want: podActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := computePodActions(tc.pod, &container.PodStatus{Sandboxes: tc.sbs, Containers: tc.cs}, tc.probes)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestExpand(t *testing.T) {
+	vars := map[string]string{"A": "x", "EMPTY": ""}
+	cases := map[string]string{
+		"$(A)":          "x",
+		"pre-$(A)-post": "pre-x-post",
+		"$$(A)":         "$(A)",
+		"$(B)":          "$(B)",
+		"$(EMPTY)end":   "end",
+		"$(A":           "$(A",
+		"a$":            "a$",
+		"$A":            "$A",
+		"$$$(A)":        "$x",
+		"no vars":       "no vars",
+	}
+	for in, want := range cases {
+		if got := expand(in, vars); got != want {
+			t.Errorf("expand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestBackoffDoublesCapsAndResets(t *testing.T) {
+	clk := newFakeClock()
+	b := newBackoff(clk, 10*time.Second, 300*time.Second)
+	var delays []time.Duration
+	for range 7 {
+		finished := clk.Now()
+		b.next("k", finished)
+		d, _, in := b.inBackoffSince("k", finished)
+		if !in {
+			t.Fatalf("not in back-off right after a failure")
+		}
+		delays = append(delays, d)
+		clk.Step(d) // the container restarts once the delay is over...
+		if _, _, in := b.inBackoffSince("k", finished); in {
+			t.Fatalf("still in back-off after %v", d)
+		}
+	}
+	want := []time.Duration{10, 20, 40, 80, 160, 300, 300}
+	for i := range want {
+		if delays[i] != want[i]*time.Second {
+			t.Fatalf("delays = %v, want %v seconds", delays, want)
+		}
+	}
+	// ...and after running fine for more than 10 minutes it starts over.
+	clk.Step(11 * time.Minute)
+	b.next("k", clk.Now())
+	if d, _, _ := b.inBackoffSince("k", clk.Now()); d != 10*time.Second {
+		t.Fatalf("delay after a long run = %v, want 10s", d)
+	}
+}
+
+func BenchmarkComputePodActions(b *testing.B) {
+	pod := mkPod(v1.RestartPolicyAlways, []v1.Container{initC("side", true), initC("i1", false)}, "a", "b", "c")
+	ps := &container.PodStatus{Sandboxes: []*container.SandboxStatus{sandbox(runtimeapi.PodSandboxState_SANDBOX_READY, 0)},
+		Containers: []*container.ContainerStatus{st(pod, "side", container.StateRunning, 0, 1), st(pod, "i1", container.StateExited, 0, 2),
+			st(pod, "a", container.StateRunning, 0, 3), st(pod, "b", container.StateExited, 1, 3), st(pod, "c", container.StateRunning, 0, 3)}}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = computePodActions(pod, ps, probeStub{})
+	}
+}

@@ -1,0 +1,142 @@
+package kuberuntime
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	critest "k8s.io/cri-api/pkg/apis/testing"
+	testclock "k8s.io/utils/clock/testing"
+)
+
+func newFakeClock() *testclock.FakeClock { return testclock.NewFakeClock(time.Now()) }
+
+// recorder keeps events as "Type Reason Message" lines.
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) Event(_ runtime.Object, typ, reason, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, typ+" "+reason+" "+msg)
+}
+
+func (r *recorder) Eventf(o runtime.Object, typ, reason, format string, args ...any) {
+	r.Event(o, typ, reason, fmt.Sprintf(format, args...))
+}
+
+func (r *recorder) has(sub string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if strings.Contains(e, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.events, "\n")
+}
+
+// fakeRuntime is cri-api's fake runtime service plus a record of the stop
+// timeouts and a hook to make preStop hooks take (fake) time. The real
+// runtimes are exercised by the CRI conformance suite and the e2e tests;
+// here we test the manager's decisions and what it asks of the runtime.
+type fakeRuntime struct {
+	*critest.FakeRuntimeService
+	mu       sync.Mutex
+	timeouts map[string]int64
+	onExec   func()
+}
+
+func (f *fakeRuntime) StopContainer(ctx context.Context, id string, timeout int64) error {
+	f.mu.Lock()
+	f.timeouts[id] = timeout
+	f.mu.Unlock()
+	return f.FakeRuntimeService.StopContainer(ctx, id, timeout)
+}
+
+func (f *fakeRuntime) ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, []byte, error) {
+	if f.onExec != nil {
+		f.onExec()
+	}
+	return f.FakeRuntimeService.ExecSync(ctx, id, cmd, timeout)
+}
+
+func (f *fakeRuntime) timeout(id string) (int64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.timeouts[id]
+	return t, ok
+}
+
+type env struct {
+	t      *testing.T
+	rt     *fakeRuntime
+	images *critest.FakeImageService
+	clock  *testclock.FakeClock
+	rec    *recorder
+	m      *Manager
+	cfg    Config
+}
+
+func newEnv(t *testing.T, mutate ...func(*Config)) *env {
+	e := &env{t: t, rt: &fakeRuntime{FakeRuntimeService: critest.NewFakeRuntimeService(), timeouts: map[string]int64{}},
+		images: critest.NewFakeImageService(), clock: newFakeClock(), rec: &recorder{}}
+	dir := t.TempDir()
+	e.cfg = Config{Runtime: e.rt, Images: e.images, Recorder: e.rec, Clock: e.clock,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LogRoot: dir + "/logs", PodsDir: dir + "/pods", HostIP: "192.0.2.10"}
+	for _, f := range mutate {
+		f(&e.cfg)
+	}
+	e.m = New(e.cfg)
+	return e
+}
+
+// sync runs GetPodStatus then SyncPod, like the pod worker.
+func (e *env) sync(pod *v1.Pod) Result {
+	e.t.Helper()
+	ps, err := e.m.GetPodStatus(context.Background(), pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		e.t.Fatalf("GetPodStatus: %v", err)
+	}
+	return e.m.SyncPod(context.Background(), pod, ps)
+}
+
+func (e *env) status(pod *v1.Pod) *containerView {
+	e.t.Helper()
+	ps, err := e.m.GetPodStatus(context.Background(), pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		e.t.Fatalf("GetPodStatus: %v", err)
+	}
+	return &containerView{e: e, ps: ps}
+}
+
+// exit makes the newest attempt of the named container exit now (fake
+// clock) with the code.
+func (e *env) exit(pod *v1.Pod, name string, code int32) {
+	e.t.Helper()
+	c := e.status(pod).ps.FindContainer(name)
+	if c == nil {
+		e.t.Fatalf("no container %q", name)
+	}
+	e.rt.Lock()
+	defer e.rt.Unlock()
+	fc := e.rt.Containers[c.ID]
+	fc.State = 2 // CONTAINER_EXITED
+	fc.ExitCode = code
+	fc.FinishedAt = e.clock.Now().UnixNano()
+}

@@ -1,0 +1,224 @@
+package kuberuntime
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/minilet/minilet/internal/container"
+)
+
+func TestPullPolicyDefaults(t *testing.T) {
+	cases := map[string]v1.PullPolicy{
+		"busybox":                   v1.PullAlways,
+		"busybox:latest":            v1.PullAlways,
+		"busybox:1.36":              v1.PullIfNotPresent,
+		"localhost:5000/app":        v1.PullAlways,
+		"localhost:5000/app:v2":     v1.PullIfNotPresent,
+		"busybox@sha256:0123456789": v1.PullIfNotPresent,
+	}
+	for image, want := range cases {
+		if got := pullPolicy(&v1.Container{Image: image}); got != want {
+			t.Errorf("pullPolicy(%q) = %s, want %s", image, got, want)
+		}
+	}
+}
+
+func imagePod(image string, policy v1.PullPolicy) *v1.Pod {
+	pod := mkPod(v1.RestartPolicyAlways, nil, "a")
+	pod.Spec.Containers[0].Image = image
+	pod.Spec.Containers[0].ImagePullPolicy = policy
+	return pod
+}
+
+func TestImagePresentIsNotPulled(t *testing.T) {
+	e := newEnv(t)
+	e.images.SetFakeImages([]string{"busybox:1.36"})
+	if res := e.sync(imagePod("busybox:1.36", v1.PullIfNotPresent)); res.Err != nil || len(res.Waiting) != 0 {
+		t.Fatalf("sync: %+v", res)
+	}
+	for _, c := range e.images.Called {
+		if c == "PullImage" {
+			t.Fatalf("pulled a present image")
+		}
+	}
+	if !e.rec.has(`Normal Pulled Container image "busybox:1.36" already present on machine`) {
+		t.Fatalf("events:\n%s", e.rec)
+	}
+}
+
+func TestImagePulled(t *testing.T) {
+	e := newEnv(t)
+	e.images.SetFakeImages(nil)
+	pod := imagePod("busybox:1.36", "")
+	if res := e.sync(pod); res.Err != nil || len(res.Waiting) != 0 {
+		t.Fatalf("sync: %+v", res)
+	}
+	if !e.rec.has(`Normal Pulling Pulling image "busybox:1.36"`) || !e.rec.has(`Normal Pulled Successfully pulled image "busybox:1.36"`) {
+		t.Fatalf("events:\n%s", e.rec)
+	}
+	if e.status(pod).state("a") != container.StateRunning {
+		t.Fatalf("container not running after the pull")
+	}
+}
+
+func TestImageNeverPull(t *testing.T) {
+	e := newEnv(t)
+	e.images.SetFakeImages(nil)
+	res := e.sync(imagePod("busybox:1.36", v1.PullNever))
+	if w := res.Waiting["a"]; w.Reason != "ErrImageNeverPull" || w.Message != `Container image "busybox:1.36" is not present with pull policy of Never` {
+		t.Fatalf("waiting = %+v", w)
+	}
+	if !e.rec.has("Warning ErrImageNeverPull") {
+		t.Fatalf("events:\n%s", e.rec)
+	}
+}
+
+func TestImagePullBackOff(t *testing.T) {
+	e := newEnv(t)
+	e.images.SetFakeImages(nil)
+	pod := imagePod("registry.invalid/app:v1", "")
+	e.images.InjectError("PullImage", errors.New("dial tcp: no such host"))
+	res := e.sync(pod)
+	if w := res.Waiting["a"]; w.Reason != "ErrImagePull" || !strings.Contains(w.Message, "no such host") || res.RequeueAfter != 10*time.Second {
+		t.Fatalf("first failure: %+v", res)
+	}
+	if !e.rec.has(`Warning Failed Failed to pull image "registry.invalid/app:v1": dial tcp: no such host`) {
+		t.Fatalf("events:\n%s", e.rec)
+	}
+	res = e.sync(pod)
+	if w := res.Waiting["a"]; w.Reason != "ImagePullBackOff" || w.Message != `Back-off pulling image "registry.invalid/app:v1"` {
+		t.Fatalf("second sync: %+v", res)
+	}
+	// Once the back-off is over the pull is tried again (and now works).
+	e.clock.Step(10 * time.Second)
+	if res := e.sync(pod); len(res.Waiting) != 0 || res.Err != nil {
+		t.Fatalf("after back-off: %+v", res)
+	}
+}
+
+func TestConfigMapAndSecretRefsFail(t *testing.T) {
+	e := newEnv(t)
+	pod := mkPod(v1.RestartPolicyAlways, nil, "a", "b")
+	pod.Spec.Containers[0].EnvFrom = []v1.EnvFromSource{{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}}}
+	pod.Spec.Containers[1].Env = []v1.EnvVar{
+		{Name: "OPT", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "s"}, Key: "k", Optional: ptr(true)}}},
+		{Name: "PW", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "db"}, Key: "pw"}}},
+	}
+	res := e.sync(pod)
+	for _, n := range []string{"a", "b"} {
+		if w := res.Waiting[n]; w.Reason != "CreateContainerConfigError" {
+			t.Fatalf("container %s waiting = %+v", n, w)
+		}
+	}
+	if !strings.Contains(res.Waiting["b"].Message, `secret "db"`) || !e.rec.has("Warning Failed Error: ") {
+		t.Fatalf("result %+v events:\n%s", res, e.rec)
+	}
+}
+
+func TestVolumes(t *testing.T) {
+	e := newEnv(t)
+	hostDir := t.TempDir()
+	pod := mkPod(v1.RestartPolicyAlways, nil, "a")
+	pod.Spec.Volumes = []v1.Volume{
+		{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		{Name: "data", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: filepath.Join(hostDir, "new"), Type: ptr(v1.HostPathDirectoryOrCreate)}}},
+	}
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}, {Name: "data", MountPath: "/data", ReadOnly: true}}
+	mounts, err := e.m.makeMounts(pod, &pod.Spec.Containers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEmpty := filepath.Join(e.cfg.PodsDir, "uid-1", "volumes", "kubernetes.io~empty-dir", "scratch")
+	if len(mounts) != 2 || mounts[0].HostPath != wantEmpty || mounts[0].ContainerPath != "/scratch" ||
+		mounts[1].HostPath != filepath.Join(hostDir, "new") || !mounts[1].Readonly {
+		t.Fatalf("mounts = %+v", mounts)
+	}
+	for _, d := range []string{wantEmpty, filepath.Join(hostDir, "new")} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Fatalf("%s not created: %v", d, err)
+		}
+	}
+
+	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}})
+	res := e.sync(pod)
+	if w := res.Waiting["a"]; w.Reason != "CreateContainerConfigError" || !strings.Contains(w.Message, "volumes are not supported: cfg") {
+		t.Fatalf("waiting = %+v", w)
+	}
+}
+
+func TestGarbageCollect(t *testing.T) {
+	e := newEnv(t)
+	pod := mkPod(v1.RestartPolicyAlways, nil, "a")
+	e.sync(pod)
+	for range 3 {
+		e.exit(pod, "a", 1)
+		e.clock.Step(10 * time.Minute) // past any back-off
+		e.sync(pod)
+	}
+	if n := e.status(pod).attempts("a"); n != 4 {
+		t.Fatalf("%d attempts, want 4", n)
+	}
+	// Log files of dead attempts go with them.
+	logDir := filepath.Join(e.cfg.LogRoot, "default_web_uid-1", "a")
+	for i := range 4 {
+		if err := os.WriteFile(filepath.Join(logDir, string(rune('0'+i))+".log"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	alive := func(types.UID) bool { return false }
+	if err := e.m.GarbageCollect(ctx, 1, alive); err != nil {
+		t.Fatal(err)
+	}
+	v := e.status(pod)
+	if v.attempts("a") != 2 || v.state("a") != container.StateRunning {
+		t.Fatalf("after GC: %+v, want the running attempt and the newest dead one", v.ps.Containers)
+	}
+	for i, want := range []bool{false, false, true, true} {
+		_, err := os.Stat(filepath.Join(logDir, string(rune('0'+i))+".log"))
+		if (err == nil) != want {
+			t.Fatalf("log %d.log exists=%v, want %v", i, err == nil, want)
+		}
+	}
+
+	// The pod is deleted: kill it, then GC removes everything it left.
+	if err := e.m.KillPod(ctx, pod, v.ps, ptr(int64(0))); err != nil {
+		t.Fatal(err)
+	}
+	gone := func(uid types.UID) bool { return uid == pod.UID }
+	if err := e.m.GarbageCollect(ctx, 1, gone); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := e.m.GetPods(ctx)
+	if err != nil || len(pods) != 0 {
+		t.Fatalf("GetPods after GC = %v, %v; want nothing", pods, err)
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.LogRoot, "default_web_uid-1")); !os.IsNotExist(err) {
+		t.Fatalf("pod log dir still there: %v", err)
+	}
+}
+
+func TestGetPods(t *testing.T) {
+	e := newEnv(t)
+	p1 := mkPod(v1.RestartPolicyAlways, nil, "a", "b")
+	p2 := mkPod(v1.RestartPolicyAlways, nil, "c")
+	p2.Name, p2.UID = "db", "uid-2"
+	e.sync(p1)
+	e.sync(p2)
+	pods, err := e.m.GetPods(context.Background())
+	if err != nil || len(pods) != 2 {
+		t.Fatalf("GetPods = %v, %v", pods, err)
+	}
+	if pods[0].UID != "uid-1" || pods[0].Name != "web" || len(pods[0].Containers) != 2 || len(pods[0].Sandboxes) != 1 ||
+		pods[1].Name != "db" || pods[1].Containers[0].Name != "c" || pods[1].Containers[0].State != container.StateRunning {
+		t.Fatalf("pods = %+v %+v", pods[0], pods[1])
+	}
+}
