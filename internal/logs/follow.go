@@ -38,6 +38,10 @@ func (p *printer) follow(ctx context.Context, path string, f *os.File) error {
 		if p.limitReached() {
 			return p.err
 		}
+		if p.opts.Done != nil && p.opts.Done() {
+			// The writer is gone: what it wrote before is in the file now.
+			return p.copyAvailable(f)
+		}
 		select {
 		case <-ctx.Done():
 			return nil

@@ -55,6 +55,11 @@ type Options struct {
 	PollInterval time.Duration
 	// Clock drives the poll timer. Default the real clock.
 	Clock clock.WithTicker
+	// Done, when set, is asked while following each time the end of the
+	// file is reached; when it returns true (the container has exited) the
+	// rest of the file is written and ReadLogs returns, as the kubelet ends
+	// `logs -f` of a stopped container.
+	Done func() bool
 }
 
 // Tail returns a TailLines value for n messages.

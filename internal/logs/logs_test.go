@@ -252,3 +252,33 @@ func BenchmarkReadLogsTail(b *testing.B) {
 		}
 	}
 }
+
+func TestFollowEndsWhenContainerIsDone(t *testing.T) {
+	path := writeFile(t, line(0, Stdout, "F", "a"))
+	var mu sync.Mutex
+	exited := false
+	opts := Options{Follow: true, PollInterval: 20 * time.Millisecond, Done: func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return exited
+	}}
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- ReadLogs(context.Background(), path, opts, out) }()
+	waitFor(t, out, "a\n")
+	appendTo(t, path, line(1, Stdout, "F", "last words"))
+	mu.Lock()
+	exited = true
+	mu.Unlock()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("follow did not end after the container exited")
+	}
+	if got := out.String(); got != "a\nlast words\n" {
+		t.Fatalf("got %q, want the last line written before the exit too", got)
+	}
+}

@@ -34,6 +34,13 @@ type LogLocator interface {
 	ContainerLogPath(namespace, pod, container string, previous bool) (string, error)
 }
 
+// ContainerRunningChecker tells whether a container is running now; a
+// followed log of a container that is not running ends at the end of its
+// file instead of waiting forever.
+type ContainerRunningChecker interface {
+	ContainerRunning(namespace, pod, container string) bool
+}
+
 // SummaryProvider returns the kubelet Summary API statistics.
 type SummaryProvider interface {
 	Summary(ctx context.Context) (*statsapi.Summary, error)

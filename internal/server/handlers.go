@@ -145,6 +145,13 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	opts.PollInterval = s.cfg.LogPollInterval
+	switch {
+	case previous:
+		// A previous instance is gone: nothing more will be written.
+		opts.Done = func() bool { return true }
+	case s.cfg.Running != nil:
+		opts.Done = func() bool { return !s.cfg.Running.ContainerRunning(ns, pod, ctr) }
+	}
 	fw := &flushWriter{w: w}
 	if opts.Follow {
 		if _, err := os.Stat(path); err != nil {

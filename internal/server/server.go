@@ -33,6 +33,8 @@ type Config struct {
 	Node    NodeGetter
 	Events  EventLister
 	Logs    LogLocator
+	// Running, when set, ends followed logs of containers that stopped.
+	Running ContainerRunningChecker
 	Stats   SummaryProvider
 	Devices DeviceLister
 	Images  ImageLister

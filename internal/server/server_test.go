@@ -137,7 +137,10 @@ func configFor(f *fakeAgent) Config {
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	// The timeout only turns a hang (a stream that never ends) into a
+	// failure; no request here should come near it.
+	c := &http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,6 +317,27 @@ func TestServeFollowAndGracefulShutdown(t *testing.T) {
 	// The stream ends with the server.
 	if _, err := io.ReadAll(r); err != nil && !strings.Contains(err.Error(), "EOF") {
 		t.Logf("stream ended with %v", err)
+	}
+}
+
+// stopped reports every container as not running.
+type stopped struct{}
+
+func (stopped) ContainerRunning(string, string, string) bool { return false }
+
+func TestFollowOfStoppedContainerEnds(t *testing.T) {
+	f := newFake(t)
+	cfg := configFor(f)
+	cfg.Running = stopped{}
+	ts := httptest.NewServer(New(cfg).Handler())
+	defer ts.Close()
+	// Without the checker this request would stream until the client left;
+	// here it must end with the file's content.
+	for _, q := range []string{"follow=true", "follow=true&previous=true"} {
+		code, body := get(t, ts.URL+"/containerLogs/default/web-node1/nginx?"+q)
+		if code != 200 || !strings.HasSuffix(body, "\n") || body == "" {
+			t.Errorf("%s: %d %q", q, code, body)
+		}
 	}
 }
 
