@@ -104,7 +104,7 @@ func (r *Runtime) launch(dir string, rec *containerRecord) (bool, error) {
 			})
 		}
 	}
-	if err := writeJSONAtomic(filepath.Join(dir, fileSpec), spec); err != nil {
+	if err := writeJSONVolatile(filepath.Join(dir, fileSpec), spec); err != nil {
 		return false, err
 	}
 	monLog, err := os.OpenFile(filepath.Join(dir, fileMonLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)

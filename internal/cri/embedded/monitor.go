@@ -121,7 +121,7 @@ func runMonitor(dir string) int {
 	}
 	self := os.Getpid()
 	ticks, _ := procStartTicks(self)
-	if err := writeJSONAtomic(filepath.Join(dir, fileStart), startRecord{
+	if err := writeJSONVolatile(filepath.Join(dir, fileStart), startRecord{
 		MonitorPid: self, MonitorTicks: ticks, Pid: cmd.Process.Pid, StartedAt: time.Now().UnixNano(),
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "monitor: write start record:", err)
@@ -186,7 +186,7 @@ func runMonitor(dir string) int {
 	if after := oomKills(spec.MemoryDir, spec.CgroupV2); oomBefore >= 0 && after > oomBefore && status.Signaled() && status.Signal() == syscall.SIGKILL {
 		rec.ExitCode, rec.Reason, rec.Message = 137, reasonOOMKilled, "the container exceeded its memory limit"
 	}
-	if err := writeJSONAtomic(filepath.Join(dir, fileExit), rec); err != nil {
+	if err := writeJSONVolatile(filepath.Join(dir, fileExit), rec); err != nil {
 		fmt.Fprintln(os.Stderr, "monitor: write exit record:", err)
 		return 1
 	}
@@ -324,8 +324,8 @@ func failStart(dir string, notify *os.File, cause error) int {
 	now := time.Now().UnixNano()
 	self := os.Getpid()
 	ticks, _ := procStartTicks(self)
-	_ = writeJSONAtomic(filepath.Join(dir, fileExit), exitRecord{ExitCode: 128, FinishedAt: now, Reason: reasonStartError, Message: cause.Error()})
-	_ = writeJSONAtomic(filepath.Join(dir, fileStart), startRecord{MonitorPid: self, MonitorTicks: ticks, StartedAt: now, Error: cause.Error()})
+	_ = writeJSONVolatile(filepath.Join(dir, fileExit), exitRecord{ExitCode: 128, FinishedAt: now, Reason: reasonStartError, Message: cause.Error()})
+	_ = writeJSONVolatile(filepath.Join(dir, fileStart), startRecord{MonitorPid: self, MonitorTicks: ticks, StartedAt: now, Error: cause.Error()})
 	_, _ = notify.Write([]byte{0})
 	_ = notify.Close()
 	return 0

@@ -13,7 +13,14 @@ import (
 // writeJSONAtomic stores v at path so that readers see either the old or the
 // new content, never a torn write: temp file in the same directory, fsync,
 // rename.
-func writeJSONAtomic(path string, v any) error {
+func writeJSONAtomic(path string, v any) error { return writeJSON(path, v, true) }
+
+// writeJSONVolatile is writeJSONAtomic without fsync, for records that only
+// matter while the machine stays up (a monitor's start and exit records: after
+// a reboot their processes are gone anyway). Still never torn.
+func writeJSONVolatile(path string, v any) error { return writeJSON(path, v, false) }
+
+func writeJSON(path string, v any, durable bool) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", path, err)
@@ -28,7 +35,7 @@ func writeJSONAtomic(path string, v any) error {
 		_ = os.Remove(tmpName)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := tmp.Sync(); err != nil {
+	if err := syncIf(durable, tmp); err != nil {
 		_ = tmp.Close()
 		_ = os.Remove(tmpName)
 		return fmt.Errorf("sync %s: %w", path, err)
@@ -69,4 +76,11 @@ func quarantine(log *slog.Logger, path string, cause error) {
 		return
 	}
 	log.Warn("moved corrupt state file aside", "path", path, "movedTo", dst, "cause", cause)
+}
+
+func syncIf(durable bool, f *os.File) error {
+	if !durable {
+		return nil
+	}
+	return f.Sync()
 }
