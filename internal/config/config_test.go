@@ -303,3 +303,19 @@ func TestParseThresholdValue(t *testing.T) {
 		}
 	}
 }
+
+func TestNewOptionsLoads(t *testing.T) {
+	o := NewOptions()
+	o.HostnameOverride = "n1"
+	o.MaxPods = 3 // with no flag set, every Options field applies
+	c, err := Load(o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeName != "n1" || c.MaxPods != 3 || c.RootDir != DefaultRootDir || c.ReadOnlyPort != DefaultReadOnlyPort {
+		t.Fatalf("node %q maxPods %d root %q port %d", c.NodeName, c.MaxPods, c.RootDir, c.ReadOnlyPort)
+	}
+	if got := thresholds(c.EvictionHard); got != "imagefs.available<15%,memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%" {
+		t.Fatalf("eviction defaults lost: %s", got)
+	}
+}

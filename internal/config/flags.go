@@ -117,5 +117,13 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.Int64Var(&o.PodMaxPids, FlagPodMaxPids, -1, "maximum processes per pod; -1 = no limit")
 	fs.BoolVar(&o.SerializeImagePulls, FlagSerializeImagePulls, true, "pull one image at a time")
 	fs.StringVar(&o.LogLevel, FlagLogLevel, "", "log level: debug, info, warn or error (default info)")
-	fs.IntVarP(&o.Verbosity, FlagVerbosity, "v", 0, "klog-style verbosity; 4 or more means --log-level=debug")
+	fs.IntVar(&o.Verbosity, FlagVerbosity, 0, "klog-style verbosity; 4 or more means --log-level=debug")
+}
+
+// NewOptions returns Options holding every flag's default, for callers that
+// build a configuration without parsing a command line.
+func NewOptions() *Options {
+	o := &Options{}
+	AddFlags(pflag.NewFlagSet("defaults", pflag.ContinueOnError), o)
+	return o
 }

@@ -24,11 +24,12 @@ const (
 
 // Load builds the Config: the --config file (if any), then every flag set
 // explicitly on fs, then defaults for what is still unset, then
-// validation. fs is the flag set AddFlags registered o on, after Parse; a
-// nil fs means no flag was set explicitly. Errors wrap
+// validation. fs is the flag set AddFlags registered o on, after Parse. A
+// nil fs means o was filled in by code (start from NewOptions): then every
+// field of o counts as set and overrides the file. Errors wrap
 // errdefs.ErrInvalidArgument (bad content) or the file's read error.
 func Load(o *Options, fs *pflag.FlagSet) (*Config, error) {
-	changed := func(name string) bool { return fs != nil && fs.Changed(name) }
+	changed := func(name string) bool { return fs == nil || fs.Changed(name) }
 
 	var kc kubeletv1beta1.KubeletConfiguration
 	present := map[string]bool{}
@@ -135,7 +136,7 @@ func applyFlags(kc *kubeletv1beta1.KubeletConfiguration, o *Options, changed fun
 	if changed(FlagSystemReserved) {
 		kc.SystemReserved = o.SystemReserved
 	}
-	if changed(FlagEvictionHard) {
+	if changed(FlagEvictionHard) && strings.TrimSpace(o.EvictionHard) != "" {
 		m, err := parseEvictionFlag(o.EvictionHard)
 		if err != nil {
 			return err

@@ -177,9 +177,9 @@ func (s *FileSource) Step() {
 		files = nil
 	case err != nil:
 		s.log.Warn("cannot list manifests; keeping the last set", "err", err)
-		if s.cfg.OnError != nil {
-			s.cfg.OnError(s.cfg.Path, err)
-		}
+		s.errs.begin()
+		s.errs.report(s.cfg.Path, err)
+		s.errs.end()
 		return
 	default:
 		s.missed = false
