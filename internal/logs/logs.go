@@ -76,26 +76,54 @@ type Message struct {
 // timestamp, stream, tag and content, or an error wrapping
 // errdefs.ErrInvalidArgument when the line is not in the CRI format.
 func ParseLine(line []byte) (ts time.Time, stream, tag string, content []byte, err error) {
-	fields := bytes.SplitN(line, []byte{' '}, 4)
-	if len(fields) < 3 {
-		return time.Time{}, "", "", nil, fmt.Errorf("log line %q: want \"TIME STREAM TAG CONTENT\": %w", truncate(line), errdefs.ErrInvalidArgument)
+	bad := func(why string) error {
+		return fmt.Errorf("log line %q: %s: %w", truncate(line), why, errdefs.ErrInvalidArgument)
 	}
-	ts, err = time.Parse(time.RFC3339Nano, string(fields[0]))
+	rest := line
+	field := func() ([]byte, bool) {
+		i := bytes.IndexByte(rest, ' ')
+		if i < 0 {
+			f := rest
+			rest = nil
+			return f, false
+		}
+		f := rest[:i]
+		rest = rest[i+1:]
+		return f, true
+	}
+	tsField, ok1 := field()
+	streamField, ok2 := field()
+	tagField, hasContent := field()
+	if !ok1 || !ok2 || len(tagField) == 0 {
+		return time.Time{}, "", "", nil, bad(`want "TIME STREAM TAG CONTENT"`)
+	}
+	ts, err = time.Parse(time.RFC3339Nano, string(tsField))
 	if err != nil {
-		return time.Time{}, "", "", nil, fmt.Errorf("log line %q: timestamp: %v: %w", truncate(line), err, errdefs.ErrInvalidArgument)
+		return time.Time{}, "", "", nil, bad("timestamp: " + err.Error())
 	}
-	stream = string(fields[1])
-	if stream != Stdout && stream != Stderr {
-		return time.Time{}, "", "", nil, fmt.Errorf("log line %q: stream %q is neither stdout nor stderr: %w", truncate(line), stream, errdefs.ErrInvalidArgument)
+	switch string(streamField) {
+	case Stdout:
+		stream = Stdout
+	case Stderr:
+		stream = Stderr
+	default:
+		return time.Time{}, "", "", nil, bad(fmt.Sprintf("stream %q is neither stdout nor stderr", streamField))
 	}
 	// The tag may carry more fields after ':' in future formats; the first
 	// field decides partial or full.
-	tag = string(bytes.SplitN(fields[2], []byte{':'}, 2)[0])
-	if tag != tagFull && tag != tagPartial {
-		return time.Time{}, "", "", nil, fmt.Errorf("log line %q: tag %q is neither F nor P: %w", truncate(line), tag, errdefs.ErrInvalidArgument)
+	if i := bytes.IndexByte(tagField, ':'); i >= 0 {
+		tagField = tagField[:i]
 	}
-	if len(fields) == 4 {
-		content = fields[3]
+	switch string(tagField) {
+	case tagFull:
+		tag = tagFull
+	case tagPartial:
+		tag = tagPartial
+	default:
+		return time.Time{}, "", "", nil, bad(fmt.Sprintf("tag %q is neither F nor P", tagField))
+	}
+	if hasContent {
+		content = rest
 	}
 	return ts, stream, tag, content, nil
 }
@@ -220,9 +248,8 @@ func (p *printer) parse(line []byte) (Message, bool) {
 		ts = p.partialTime[stream]
 		delete(p.partial, stream)
 		delete(p.partialTime, stream)
-	} else {
-		content = append([]byte(nil), content...)
 	}
+	// Content may alias the read buffer: valid until the next read only.
 	return Message{Time: ts, Stream: stream, Content: content}, true
 }
 
@@ -280,10 +307,13 @@ func (p *printer) tail(r io.Reader) error {
 		if !ok {
 			return
 		}
+		// Keep a copy, reusing the slot's buffer of an older message.
 		if len(ring) < n {
+			m.Content = append([]byte(nil), m.Content...)
 			ring = append(ring, m)
 			return
 		}
+		m.Content = append(ring[start].Content[:0], m.Content...)
 		ring[start] = m
 		start = (start + 1) % n
 	})

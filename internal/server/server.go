@@ -29,10 +29,10 @@ const DefaultShutdownTimeout = 5 * time.Second
 // Config holds the server's providers and settings. Every provider may be
 // nil; its endpoints then answer 404 "not enabled".
 type Config struct {
-	Pods    PodLister
-	Node    NodeGetter
-	Events  EventLister
-	Logs    LogLocator
+	Pods   PodLister
+	Node   NodeGetter
+	Events EventLister
+	Logs   LogLocator
 	// Running, when set, ends followed logs of containers that stopped.
 	Running ContainerRunningChecker
 	Stats   SummaryProvider
