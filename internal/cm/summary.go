@@ -121,8 +121,10 @@ func (m *Manager) podStats(pod *v1.Pod, ts metav1.Time) statsapi.PodStats {
 		return ps
 	}
 	ps.CPU, ps.Memory = m.cgroupCPUMem("pod/"+string(pod.UID), st, ts)
-	procs := st.Pids
-	ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: &procs}
+	if pids, err := m.driver.Pids(name); err == nil {
+		procs := uint64(len(pids))
+		ps.ProcessStats = &statsapi.ProcessStats{ProcessCount: &procs}
+	}
 	for _, cst := range pod.Status.ContainerStatuses {
 		if cst.State.Running == nil || cst.ContainerID == "" {
 			continue

@@ -1,0 +1,115 @@
+package cm
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/minilet/minilet/internal/errdefs"
+)
+
+func TestAllocatable(t *testing.T) {
+	m := newTestManager(t, Config{
+		CapacityOverride: rl("cpu", "2", "memory", "8Gi", "ephemeral-storage", "100Gi"),
+		KubeReserved:     rl("cpu", "100m", "memory", "1Gi"),
+		SystemReserved:   rl("cpu", "200m", "memory", "500Mi", "ephemeral-storage", "10Gi"),
+		EvictionHard:     map[string]string{"memory.available": "100Mi", "nodefs.available": "10%", "imagefs.available": "15%"},
+		Extended:         extended{"example.com/gpu": "2"},
+	})
+	alloc := m.Allocatable()
+	for name, want := range map[v1.ResourceName]string{
+		"cpu": "1700m", "memory": "6568Mi", "ephemeral-storage": "80Gi", "pods": "110", "example.com/gpu": "2",
+	} {
+		q := alloc[name]
+		if w := rl(string(name), want)[name]; q.Cmp(w) != 0 {
+			t.Errorf("allocatable %s = %s, want %s", name, q.String(), want)
+		}
+	}
+	capacity := m.Capacity()
+	if q := capacity[v1.ResourceMemory]; q.String() != "8Gi" {
+		t.Errorf("capacity memory = %s, want 8Gi", q.String())
+	}
+	if _, ok := capacity["example.com/gpu"]; !ok {
+		t.Error("capacity lacks the extended resource")
+	}
+}
+
+func TestMachineCapacity(t *testing.T) {
+	c, err := machineCapacity(t.TempDir(), 110)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []v1.ResourceName{"cpu", "memory", "pods", "ephemeral-storage"} {
+		if q := c[name]; q.Sign() <= 0 {
+			t.Errorf("capacity %s = %s, want > 0", name, q.String())
+		}
+	}
+}
+
+func TestReservationsAboveCapacityFloorAtZero(t *testing.T) {
+	m := newTestManager(t, Config{CapacityOverride: rl("cpu", "1", "memory", "1Gi", "ephemeral-storage", "1Gi"),
+		KubeReserved: rl("cpu", "2", "memory", "2Gi")})
+	alloc := m.Allocatable()
+	for _, name := range []v1.ResourceName{"cpu", "memory"} {
+		if q := alloc[name]; !q.IsZero() {
+			t.Errorf("allocatable %s = %s, want 0", name, q.String())
+		}
+	}
+}
+
+func TestConfigBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		cfg       Config
+		wantField string
+	}{
+		{"negative kube-reserved", Config{KubeReserved: rl("cpu", "-1")}, "kubeReserved[cpu]"},
+		{"bad eviction quantity", Config{EvictionHard: map[string]string{"memory.available": "lots"}}, "evictionHard[memory.available]"},
+		{"bad eviction percent", Config{EvictionHard: map[string]string{"nodefs.available": "120%"}}, "evictionHard[nodefs.available]"},
+		{"qos reserved above 100", Config{QOSReservedMemoryPercent: 150}, "qosReserved[memory]"},
+		{"cgroup root with ..", Config{CgroupRoot: "/a/../b"}, "--cgroup-root"},
+		{"bad enforce value", Config{EnforceNodeAllocatable: []string{"everything"}}, "enforceNodeAllocatable"},
+		{"bad cgroup driver", Config{CgroupDriver: "openrc"}, "openrc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Logger = discard()
+			tc.cfg.RootDir = t.TempDir()
+			_, err := New(tc.cfg)
+			if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.wantField) {
+				t.Fatalf("New: err = %v, want invalid argument naming %s", err, tc.wantField)
+			}
+		})
+	}
+}
+
+func TestParseHelpers(t *testing.T) {
+	l, err := ParseResourceList("kubeReserved", map[string]string{"cpu": "100m", "memory": "1Gi"})
+	if err != nil || l.Cpu().MilliValue() != 100 || l.Memory().Value() != 1<<30 {
+		t.Fatalf("ParseResourceList = %v, %v", l, err)
+	}
+	if _, err := ParseResourceList("systemReserved", map[string]string{"memory": "x1"}); !errors.Is(err, errdefs.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "systemReserved[memory]") {
+		t.Errorf("bad quantity: err = %v", err)
+	}
+	if p, err := ParseQOSReserved(map[string]string{"memory": "50%"}); err != nil || p != 50 {
+		t.Errorf("ParseQOSReserved = %d, %v", p, err)
+	}
+	for _, bad := range []map[string]string{{"memory": "50"}, {"memory": "101%"}, {"cpu": "10%"}} {
+		if _, err := ParseQOSReserved(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("ParseQOSReserved(%v): err = %v, want invalid argument", bad, err)
+		}
+	}
+}
+
+// extended is an ExtendedResources hook with fixed values.
+type extended map[string]string
+
+func (e extended) Allocatable() v1.ResourceList {
+	out := v1.ResourceList{}
+	for k, v := range e {
+		out[v1.ResourceName(k)] = rl(k, v)[v1.ResourceName(k)]
+	}
+	return out
+}
