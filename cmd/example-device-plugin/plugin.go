@@ -86,7 +86,7 @@ func (p *plugin) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer w.Close()
+	defer func() { _ = w.Close() }()
 	if err := w.Add(p.cfg.PluginDir); err != nil {
 		return fmt.Errorf("watch --plugin-dir %s: %w", p.cfg.PluginDir, err)
 	}
@@ -177,7 +177,7 @@ func (p *plugin) register(ctx context.Context) {
 		p.log.Error("dial kubelet.sock failed", "err", err)
 		return
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
 		Endpoint:     p.cfg.SocketName,
