@@ -357,7 +357,9 @@ func TestKillPodGracePeriod(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			e.rt.onExec = func() { e.clock.Step(tc.hookTime) }
-			pod := mkPod(v1.RestartPolicyAlways, nil, "a", "b")
+			// One container: containers stop in parallel, and their
+			// preStop hooks would step the shared fake clock together.
+			pod := mkPod(v1.RestartPolicyAlways, nil, "a")
 			pod.Spec.TerminationGracePeriodSeconds = tc.grace
 			for i := range pod.Spec.Containers {
 				pod.Spec.Containers[i].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
@@ -372,8 +374,8 @@ func TestKillPodGracePeriod(t *testing.T) {
 					t.Fatalf("%s stopped with %d (%v), want %d", c.Name, to, ok, tc.want)
 				}
 			}
-			if !e.rec.has("Normal Killing Stopping container a") || !e.rec.has("Normal Killing Stopping container b") {
-				t.Fatalf("missing Killing events:\n%s", e.rec)
+			if !e.rec.has("Normal Killing Stopping container a") {
+				t.Fatalf("missing Killing event:\n%s", e.rec)
 			}
 			v := e.status(pod)
 			if v.state("a") != container.StateExited || v.ps.Sandboxes[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
@@ -385,15 +387,24 @@ func TestKillPodGracePeriod(t *testing.T) {
 
 func TestKillOrphanUsesRecordedGracePeriod(t *testing.T) {
 	e := newEnv(t)
-	pod := mkPod(v1.RestartPolicyAlways, nil, "a")
+	pod := mkPod(v1.RestartPolicyAlways, nil, "a", "b")
 	pod.Spec.TerminationGracePeriodSeconds = ptr(int64(9))
 	e.sync(pod)
 	ps := e.status(pod).ps
 	if err := e.m.KillPod(context.Background(), nil, ps, nil); err != nil {
 		t.Fatal(err)
 	}
-	if to, _ := e.rt.timeout(ps.FindContainer("a").ID); to != 9 {
-		t.Fatalf("orphan stopped with %d, want the recorded 9", to)
+	for _, n := range []string{"a", "b"} {
+		if to, _ := e.rt.timeout(ps.FindContainer(n).ID); to != 9 {
+			t.Fatalf("orphan container %s stopped with %d, want the recorded 9", n, to)
+		}
+		if !e.rec.has("Normal Killing Stopping container " + n) {
+			t.Fatalf("missing Killing event for %s:\n%s", n, e.rec)
+		}
+	}
+	v := e.status(pod)
+	if v.state("a") != container.StateExited || v.state("b") != container.StateExited || v.ps.Sandboxes[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+		t.Fatalf("orphan not down: %+v %+v", v.ps.Containers, v.ps.Sandboxes)
 	}
 }
 
