@@ -19,6 +19,11 @@ type Update struct {
 	Pods   []*v1.Pod
 }
 
+// ReasonInvalidManifest is the suggested Event reason for an ErrorFunc
+// report. No pod exists for a bad manifest, so the agent records a Warning
+// Event on its Node (the kubelet only logs these).
+const ReasonInvalidManifest = "InvalidManifest"
+
 // ErrorFunc receives manifests that could not become pods: path is the
 // file (or URL), err names the field when it can and wraps
 // errdefs.ErrInvalidArgument for bad content. A source calls it once per
