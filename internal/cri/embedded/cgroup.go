@@ -46,7 +46,7 @@ func detectCgroups(mount string) (*cgroupDriver, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -301,6 +301,27 @@ func oomKills(memDir string, v2 bool) int64 {
 		return -1
 	}
 	return v
+}
+
+// oomCounter is the monitor's evidence of an OOM kill: the oom_kill count
+// where the kernel has one, else (old v1 kernels) the number of times the
+// limit was hit, which together with a SIGKILL death means the same.
+func oomCounter(memDir string, v2 bool) int64 {
+	if memDir == "" {
+		return -1
+	}
+	if n := oomKills(memDir, v2); n >= 0 || v2 {
+		return n
+	}
+	data, err := os.ReadFile(filepath.Join(memDir, "memory.failcnt"))
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // cgroupStats is what ContainerStats reports from a container cgroup.

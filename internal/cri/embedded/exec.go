@@ -52,7 +52,7 @@ func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string
 	if err != nil {
 		return nil, nil, err
 	}
-	defer report.Close()
+	defer func() { _ = report.Close() }()
 	// The trampoline joins the cgroups and then execs cmd; argv holds the
 	// cgroup.procs files, "--", and the command.
 	args := append([]string{"minilet-exec"}, r.cg.procsFiles(rec.CgroupPath)...)

@@ -111,12 +111,12 @@ func (r *Runtime) launch(dir string, rec *containerRecord) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer monLog.Close()
+	defer func() { _ = monLog.Close() }()
 	started, notify, err := os.Pipe()
 	if err != nil {
 		return false, err
 	}
-	defer started.Close()
+	defer func() { _ = started.Close() }()
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
 		Args:        []string{"minilet-monitor", shortID(rec.ID)},

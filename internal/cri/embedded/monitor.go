@@ -108,7 +108,7 @@ func runMonitor(dir string) int {
 	if err := out.open(); err != nil {
 		return failStart(dir, notify, fmt.Errorf("open log %s: %w", spec.LogPath, err))
 	}
-	oomBefore := oomKills(spec.MemoryDir, spec.CgroupV2)
+	oomBefore := oomCounter(spec.MemoryDir, spec.CgroupV2)
 
 	cmd, stdout, stderr, err := startInCgroup(&spec)
 	if err != nil {
@@ -169,10 +169,13 @@ func runMonitor(dir string) int {
 	out.close()
 
 	rec := exitRecord{FinishedAt: time.Now().UnixNano(), Reason: reasonCompleted}
-	status, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	var status syscall.WaitStatus
+	if cmd.ProcessState != nil {
+		status, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+	}
 	switch {
-	case waitErr != nil && cmd.ProcessState == nil:
-		rec.ExitCode, rec.Reason, rec.Message = 255, reasonError, waitErr.Error()
+	case cmd.ProcessState == nil:
+		rec.ExitCode, rec.Reason, rec.Message = 255, reasonError, fmt.Sprintf("wait: %v", waitErr)
 	case status.Signaled():
 		rec.ExitCode = 128 + int32(status.Signal())
 		rec.Reason = reasonError
@@ -183,7 +186,7 @@ func runMonitor(dir string) int {
 			rec.Reason = reasonError
 		}
 	}
-	if after := oomKills(spec.MemoryDir, spec.CgroupV2); oomBefore >= 0 && after > oomBefore && status.Signaled() && status.Signal() == syscall.SIGKILL {
+	if after := oomCounter(spec.MemoryDir, spec.CgroupV2); oomBefore >= 0 && after > oomBefore && status.Signaled() && status.Signal() == syscall.SIGKILL {
 		rec.ExitCode, rec.Reason, rec.Message = 137, reasonOOMKilled, "the container exceeded its memory limit"
 	}
 	if err := writeJSONVolatile(filepath.Join(dir, fileExit), rec); err != nil {
@@ -217,7 +220,7 @@ func startInCgroup(spec *monitorSpec) (*exec.Cmd, *os.File, *os.File, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	defer devnull.Close()
+	defer func() { _ = devnull.Close() }()
 	cmd := &exec.Cmd{
 		Path: path, Args: spec.Args, Env: spec.Env, Dir: spec.WorkingDir,
 		Stdin: devnull, Stdout: outW, Stderr: errW,
