@@ -328,9 +328,14 @@ func TestEmptyAndDisabledEndpoints(t *testing.T) {
 	if err != nil || strings.TrimSpace(out) != "No resources found." {
 		t.Errorf("empty pods: %q %v", out, err)
 	}
-	_, _, err = run(t, srv.URL, "get", "images")
-	if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "images not enabled") {
-		t.Errorf("images disabled: %v", err)
+	for _, what := range []string{"images", "devices"} {
+		out, errOut, err := run(t, srv.URL, "get", what)
+		if err != nil || out != "" || !strings.Contains(errOut, "No "+what+" found ("+what+" not enabled on this agent)") {
+			t.Errorf("get %s with the provider off: out %q, stderr %q, err %v", what, out, errOut, err)
+		}
+	}
+	if _, _, err := run(t, srv.URL, "get", "node"); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "node not enabled") {
+		t.Errorf("get node with the provider off: %v", err)
 	}
 }
 

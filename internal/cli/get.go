@@ -3,8 +3,10 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -118,6 +120,9 @@ func newGetCommand(e *env) *cobra.Command {
 			}
 			var list server.DeviceList
 			if err := c.getJSON(cmd.Context(), "/devices", &list); err != nil {
+				if notEnabled(err) {
+					_, err = fmt.Fprintf(cmd.ErrOrStderr(), "No devices found (%v).\n", err)
+				}
 				return err
 			}
 			if output == "json" || output == "yaml" {
@@ -142,6 +147,9 @@ func newGetCommand(e *env) *cobra.Command {
 			}
 			var list server.ImageList
 			if err := c.getJSON(cmd.Context(), "/images", &list); err != nil {
+				if notEnabled(err) {
+					_, err = fmt.Fprintf(cmd.ErrOrStderr(), "No images found (%v).\n", err)
+				}
 				return err
 			}
 			if output == "json" || output == "yaml" {
@@ -152,6 +160,13 @@ func newGetCommand(e *env) *cobra.Command {
 	}
 	cmd.AddCommand(pods, events, node, devices, images)
 	return cmd
+}
+
+// notEnabled reports whether the agent answered that the endpoint's
+// provider is off; listing commands then show an empty list.
+func notEnabled(err error) bool {
+	var apiErr *APIError
+	return errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound && strings.Contains(apiErr.Message, "not enabled")
 }
 
 // filterPods keeps pods of namespace (all when empty) and, when names are

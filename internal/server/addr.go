@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,7 @@ func WriteAddrFile(rootDir, addr string) error {
 	if err := os.MkdirAll(rootDir, 0o755); err != nil {
 		return fmt.Errorf("write address file: %w", err)
 	}
+	addr = dialable(addr)
 	path := filepath.Join(rootDir, AddrFileName)
 	tmp, err := os.CreateTemp(rootDir, AddrFileName+".tmp*")
 	if err != nil {
@@ -43,6 +45,26 @@ func WriteAddrFile(rootDir, addr string) error {
 		return fmt.Errorf("write address file %s: %w", path, err)
 	}
 	return nil
+}
+
+// dialable turns a wildcard listen address (0.0.0.0, ::) into the loopback
+// address of the same family, which a local client can connect to.
+func dialable(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case host == "":
+		return net.JoinHostPort("127.0.0.1", port)
+	case ip == nil || !ip.IsUnspecified():
+		return addr
+	case ip.To4() != nil:
+		return net.JoinHostPort("127.0.0.1", port)
+	default:
+		return net.JoinHostPort("::1", port)
+	}
 }
 
 // ReadAddrFile returns the URL recorded by WriteAddrFile, or an error

@@ -353,6 +353,19 @@ func TestAddrFileRoundTrip(t *testing.T) {
 	if err != nil || u != "http://127.0.0.1:4321" {
 		t.Fatalf("got %q, %v", u, err)
 	}
+	for in, want := range map[string]string{
+		"0.0.0.0:10255": "http://127.0.0.1:10255",
+		"[::]:10255":    "http://[::1]:10255",
+		":10255":        "http://127.0.0.1:10255",
+		"10.1.2.3:80":   "http://10.1.2.3:80",
+	} {
+		if err := WriteAddrFile(dir, in); err != nil {
+			t.Fatal(err)
+		}
+		if u, err := ReadAddrFile(dir); err != nil || u != want {
+			t.Errorf("listen address %s recorded as %q (%v), want %q", in, u, err, want)
+		}
+	}
 	if err := WriteAddrFile(dir, ""); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("empty address: %v", err)
 	}
