@@ -15,8 +15,9 @@ import (
 // its HTTP server, so the CLI finds a local agent listening on any port.
 const AddrFileName = "minilet.addr"
 
-// WriteAddrFile records the server's listen address (host:port) as a URL in
-// <rootDir>/minilet.addr, replacing the file atomically.
+// WriteAddrFile records the server's listen address as "host:port" (a
+// wildcard host replaced by loopback) in <rootDir>/minilet.addr, replacing
+// the file atomically.
 func WriteAddrFile(rootDir, addr string) error {
 	if addr == "" {
 		return fmt.Errorf("write address file: empty address: %w", errdefs.ErrInvalidArgument)
@@ -30,7 +31,7 @@ func WriteAddrFile(rootDir, addr string) error {
 	if err != nil {
 		return fmt.Errorf("write address file: %w", err)
 	}
-	_, werr := tmp.WriteString("http://" + addr + "\n")
+	_, werr := tmp.WriteString(addr + "\n")
 	cerr := tmp.Close()
 	if err := errors.Join(werr, cerr); err != nil {
 		_ = os.Remove(tmp.Name())
@@ -67,8 +68,9 @@ func dialable(addr string) string {
 	}
 }
 
-// ReadAddrFile returns the URL recorded by WriteAddrFile, or an error
-// wrapping errdefs.ErrNotFound when there is none.
+// ReadAddrFile returns the agent's URL ("http://host:port") from the address
+// recorded by WriteAddrFile, or an error wrapping errdefs.ErrNotFound when
+// there is none.
 func ReadAddrFile(rootDir string) (string, error) {
 	path := filepath.Join(rootDir, AddrFileName)
 	b, err := os.ReadFile(path)
@@ -81,6 +83,9 @@ func ReadAddrFile(rootDir string) (string, error) {
 	u := strings.TrimSpace(string(b))
 	if u == "" {
 		return "", fmt.Errorf("address file %s is empty: %w", path, errdefs.ErrNotFound)
+	}
+	if !strings.Contains(u, "://") {
+		u = "http://" + u
 	}
 	return u, nil
 }

@@ -353,6 +353,10 @@ func TestAddrFileRoundTrip(t *testing.T) {
 	if err != nil || u != "http://127.0.0.1:4321" {
 		t.Fatalf("got %q, %v", u, err)
 	}
+	// The file itself holds host:port, which scripts prefix themselves.
+	if b, err := os.ReadFile(filepath.Join(dir, AddrFileName)); err != nil || string(b) != "127.0.0.1:4321\n" {
+		t.Fatalf("file content %q, %v", b, err)
+	}
 	for in, want := range map[string]string{
 		"0.0.0.0:10255": "http://127.0.0.1:10255",
 		"[::]:10255":    "http://[::1]:10255",
