@@ -292,3 +292,28 @@ func BenchmarkGenerate(b *testing.B) {
 		_ = Generator{RuntimeName: "containerd"}.Generate(pod, rs, &prev, nil, t0)
 	}
 }
+
+func TestSidecarPhase(t *testing.T) {
+	always := v1.ContainerRestartPolicyAlways
+	pod := testPod(v1.RestartPolicyNever, []string{"side"}, "a")
+	pod.Spec.InitContainers[0].RestartPolicy = &always
+	gen := Generator{}
+	// Sidecar not yet started: Pending, not initialized.
+	s := gen.Generate(pod, &container.PodStatus{Sandboxes: readySandbox()}, nil, nil, t0)
+	if s.Phase != v1.PodPending || cond(s, v1.PodInitialized).Status != v1.ConditionFalse {
+		t.Fatalf("phase %s initialized %+v", s.Phase, cond(s, v1.PodInitialized))
+	}
+	// Sidecar running and app running: Running, initialized; both count
+	// for readiness.
+	rs := &container.PodStatus{Sandboxes: readySandbox(), Containers: []*container.ContainerStatus{running("side", t0), running("a", t0)}}
+	s = gen.Generate(pod, rs, nil, nil, t0)
+	if s.Phase != v1.PodRunning || cond(s, v1.PodInitialized).Status != v1.ConditionTrue || cond(s, v1.PodReady).Status != v1.ConditionTrue {
+		t.Fatalf("phase %s conditions %+v", s.Phase, s.Conditions)
+	}
+	// The app finished under Never: Succeeded, whatever the sidecar does
+	// (sidecars do not hold the phase; the runtime manager stops them).
+	rs.Containers = []*container.ContainerStatus{running("side", t0), exited("a", t0, 0, 0)}
+	if s = gen.Generate(pod, rs, nil, nil, t0); s.Phase != v1.PodSucceeded {
+		t.Fatalf("phase %s, want Succeeded once app containers are done", s.Phase)
+	}
+}
