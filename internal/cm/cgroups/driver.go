@@ -328,14 +328,21 @@ func walkPids(dir string, seen map[int]bool) error {
 
 // removeTree removes dir's descendant cgroups deepest first, then dir.
 // rm is os.Remove on a cgroup fs (rmdir) and os.RemoveAll for plain
-// directory trees in tests.
+// directory trees in tests. A leaf is removed without listing it first.
 func removeTree(dir string, rm func(string) error) error {
-	kids, err := subdirs(dir)
-	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
+	err := rm(dir)
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	kids, lerr := subdirs(dir)
+	if lerr != nil {
+		if errors.Is(lerr, errdefs.ErrNotFound) {
 			return nil
 		}
-		return err
+		return lerr
+	}
+	if len(kids) == 0 {
+		return err // busy for another reason (processes): report it
 	}
 	for _, k := range kids {
 		if err := removeTree(filepath.Join(dir, k), rm); err != nil {
