@@ -25,8 +25,11 @@ import (
 //     no containers.
 //
 // It removes each container's log file with it and forgets expired
-// back-off entries.
+// back-off entries. A nil isPodGone treats every pod as alive.
 func (m *Manager) GarbageCollect(ctx context.Context, keepPerContainer int, isPodGone func(types.UID) bool) error {
+	if isPodGone == nil {
+		isPodGone = func(types.UID) bool { return false }
+	}
 	m.crashBackoff.gc()
 	m.imageBackoff.gc()
 	cs, err := m.cfg.Runtime.ListContainers(ctx, nil)

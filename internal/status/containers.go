@@ -28,6 +28,15 @@ func (g Generator) containerStatuses(specs []v1.Container, rs *container.PodStat
 				cs.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: w.Reason, Message: w.Message}}
 			}
 		}
+		if isInit && g.Probes == nil {
+			// Without a prober: a finished init container is ready, a
+			// sidecar is ready while it runs.
+			if isSidecar(spec) {
+				cs.Ready = cs.State.Running != nil
+			} else {
+				cs.Ready = cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0
+			}
+		}
 		out = append(out, cs)
 	}
 	return out

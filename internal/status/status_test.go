@@ -317,3 +317,17 @@ func TestSidecarPhase(t *testing.T) {
 		t.Fatalf("phase %s, want Succeeded once app containers are done", s.Phase)
 	}
 }
+
+func TestInitContainerReadyWithoutProber(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, []string{"i"}, "a")
+	rs := &container.PodStatus{Sandboxes: readySandbox(), Containers: []*container.ContainerStatus{exited("i", t0, 0, 0), running("a", t0)}}
+	s := Generator{}.Generate(pod, rs, nil, nil, t0)
+	if !s.InitContainerStatuses[0].Ready {
+		t.Fatalf("a completed init container is ready: %+v", s.InitContainerStatuses[0])
+	}
+	rs.Containers[0] = exited("i", t0, 1, 0)
+	rs.Containers = rs.Containers[:1]
+	if s = (Generator{}).Generate(pod, rs, nil, nil, t0); s.InitContainerStatuses[0].Ready {
+		t.Fatalf("a failed init container is not ready")
+	}
+}
