@@ -200,7 +200,7 @@ func (s *probeBenchStatus) GetPodStatus(types.UID) (v1.PodStatus, bool) { return
 type probeBenchResult struct {
 	perSec, cores, rssMiB float64
 	p50, p99              time.Duration
-	failures              int
+	failures, timeWait    int
 }
 
 var (
@@ -233,6 +233,7 @@ func BenchmarkSustainedProbes(b *testing.B) {
 			b.ReportMetric(float64(res.p50.Microseconds()), "late-p50-µs")
 			b.ReportMetric(float64(res.p99.Microseconds()), "late-p99-µs")
 			b.ReportMetric(float64(res.failures), "failed")
+			b.ReportMetric(float64(res.timeWait), "time-wait-sockets")
 		})
 	}
 }
@@ -268,6 +269,7 @@ func probeBenchSustained(b *testing.B, n int) probeBenchResult {
 	}
 	go func() { _, _ = io.Copy(io.Discard, stdout) }()
 
+	timeWait0 := probeBenchTimeWait()
 	var (
 		mu       sync.Mutex
 		lateness []time.Duration
@@ -349,7 +351,27 @@ func probeBenchSustained(b *testing.B, n int) probeBenchResult {
 		p50:      probeBenchPercentile(lateness, 0.5),
 		p99:      probeBenchPercentile(lateness, 0.99),
 		failures: failures,
+		timeWait: probeBenchTimeWait() - timeWait0,
 	}
+}
+
+// probeBenchTimeWait counts TIME_WAIT TCP sockets in this network
+// namespace (both the prober's and the servers' side; other processes'
+// too, so the benchmark reports the growth during its run).
+func probeBenchTimeWait() int {
+	n := 0
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			if fields := strings.Fields(line); len(fields) > 3 && fields[3] == "06" {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // probeBenchRSS is this process's resident set in MiB.

@@ -39,7 +39,7 @@ type Prober struct {
 // connections closed with SO_LINGER 0 so that the probing side leaves no
 // TIME_WAIT sockets.
 func New() *Prober {
-	d := &net.Dialer{}
+	d := &net.Dialer{KeepAlive: -1} // one request per connection: no TCP keep-alive
 	t := &http.Transport{
 		Proxy:             nil,
 		DisableKeepAlives: true,

@@ -17,7 +17,9 @@ import (
 // an orderly close, which is harmless for a connect-only check.
 func Probe(ctx context.Context, host string, port int, timeout time.Duration) (probe.Result, string, error) {
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
-	d := net.Dialer{Timeout: timeout}
+	// No TCP keep-alive: the connection lives for a moment, and skipping
+	// it saves three setsockopt calls per probe.
+	d := net.Dialer{Timeout: timeout, KeepAlive: -1}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return probe.Failure, err.Error(), nil
