@@ -342,3 +342,29 @@ func podClass(p *v1.Pod) v1.PodQOSClass {
 	}
 	return v1.PodQOSBestEffort
 }
+
+// TestConcurrentEnsurePod: pod workers place pods in parallel; the tier
+// values must end up reflecting every pod.
+func TestConcurrentEnsurePod(t *testing.T) {
+	m := startedManager(t, Config{QOSReservedMemoryPercent: 100})
+	const n = 24
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			p := withUID(mkPod("p"+strconv.Itoa(i), ctr("c", rl("cpu", "100m", "memory", "10Mi"), nil)), "conc"+strconv.Itoa(i))
+			errs <- m.EnsurePod(p)
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := testCgroupRoot(t)
+	expectFile(t, "cpu", root+"/kubepods/burstable", "cpu.shares", n*100*1024/1000)
+	expectFile(t, "memory", root+"/kubepods/besteffort", "memory.limit_in_bytes", 8*gi-n*10<<20)
+	kids, err := m.Driver().Children(m.kubepods.Child(burstableName))
+	if err != nil || len(kids) != n {
+		t.Fatalf("burstable pods = %d (%v), want %d", len(kids), err, n)
+	}
+}
