@@ -37,6 +37,7 @@ func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 		pod = &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ps.Name, Namespace: ps.Namespace, UID: ps.UID}}
 		pod.Spec.TerminationGracePeriodSeconds = m.recordedGracePeriod(ctx, ps)
 	}
+	podIP := newestSandboxIP(ps)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -49,7 +50,7 @@ func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 		wg.Add(1)
 		go func(c *container.ContainerStatus) {
 			defer wg.Done()
-			err := m.killContainer(ctx, pod, specOf(pod, c.Name), c.ID, "Stopping container "+c.Name, "", gracePeriodOverride)
+			err := m.killContainer(ctx, pod, specOf(pod, c.Name), c.ID, podIP, "Stopping container "+c.Name, "", gracePeriodOverride)
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -84,6 +85,13 @@ func (m *Manager) recordedGracePeriod(ctx context.Context, ps *container.PodStat
 	return nil
 }
 
+func newestSandboxIP(ps *container.PodStatus) string {
+	if sb, _ := newestSandbox(ps); sb != nil {
+		return sb.IP
+	}
+	return ""
+}
+
 func specOf(pod *v1.Pod, name string) *v1.Container {
 	for i := range pod.Spec.Containers {
 		if pod.Spec.Containers[i].Name == name {
@@ -101,7 +109,7 @@ func specOf(pod *v1.Pod, name string) *v1.Container {
 // killContainer stops one container: Killing event, preStop hook, then
 // StopContainer with what is left of the grace period. reason "liveness"
 // or "startup" uses the probe's own grace period when it sets one.
-func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, spec *v1.Container, id, message, reason string, gracePeriodOverride *int64) error {
+func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, spec *v1.Container, id, podIP, message, reason string, gracePeriodOverride *int64) error {
 	grace := gracePeriodOf(pod)
 	if spec != nil {
 		var p *v1.Probe
@@ -118,7 +126,7 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, spec *v1.Conta
 	m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "Killing", message)
 	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil && grace > 0 {
 		start := m.clock.Now()
-		if msg, err := m.runHook(ctx, pod, spec, id, "", spec.Lifecycle.PreStop, time.Duration(grace)*time.Second); err != nil {
+		if msg, err := m.runHook(ctx, pod, spec, id, podIP, spec.Lifecycle.PreStop, time.Duration(grace)*time.Second); err != nil {
 			m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %s", msg)
 		}
 		grace -= int64(m.clock.Since(start).Seconds())
@@ -202,7 +210,7 @@ func (m *Manager) httpHook(ctx context.Context, c *v1.Container, podIP string, g
 	for _, h := range g.HTTPHeaders {
 		req.Header.Add(h.Name, h.Value)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := m.hookClient.Do(req)
 	if err != nil {
 		return err
 	}

@@ -8,8 +8,10 @@ package kuberuntime
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
+	"net/http"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -128,6 +130,7 @@ type Manager struct {
 	clock        clock.Clock
 	crashBackoff *backoff
 	imageBackoff *backoff
+	hookClient   *http.Client
 }
 
 // The kubelet's restart and image pull back-off: 10 s doubling to 5 min.
@@ -153,5 +156,12 @@ func New(cfg Config) *Manager {
 		clock:        cfg.Clock,
 		crashBackoff: newBackoff(cfg.Clock, backoffInitial, backoffMax),
 		imageBackoff: newBackoff(cfg.Clock, backoffInitial, backoffMax),
+		// HTTP hooks talk to the pod directly: no proxy, and like the
+		// kubelet they do not verify https certificates.
+		hookClient: &http.Client{Transport: &http.Transport{
+			Proxy:             nil,
+			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // pods serve self-signed certs; the kubelet skips verification too
+			DisableKeepAlives: true,
+		}},
 	}
 }

@@ -145,7 +145,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, ps *container
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		if msg, err := m.runHook(ctx, pod, c, id, podIP, c.Lifecycle.PostStart, 0); err != nil {
 			m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed: %s", msg)
-			kerr := m.killContainer(ctx, pod, c, id, fmt.Sprintf("Container %s failed post-start hook, will be restarted", c.Name), "", nil)
+			kerr := m.killContainer(ctx, pod, c, id, podIP, fmt.Sprintf("Container %s failed post-start hook, will be restarted", c.Name), "", nil)
 			res.wait(c.Name, "PostStartHookError", msg)
 			res.Err = errors.Join(res.Err, fmt.Errorf("postStart hook of container %q of pod %s: %w", c.Name, podDesc(pod), err), kerr)
 		}

@@ -35,7 +35,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 		}
 	}
 	for _, k := range acts.ContainersToKill {
-		if err := m.killContainer(ctx, pod, k.Spec, k.ID, k.Message, k.Reason, nil); err != nil {
+		if err := m.killContainer(ctx, pod, k.Spec, k.ID, newestSandboxIP(ps), k.Message, k.Reason, nil); err != nil {
 			res.Err = errors.Join(res.Err, err)
 			return res
 		}
