@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	utilexec "k8s.io/utils/exec"
 )
@@ -90,7 +91,10 @@ func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string
 		return nil, nil, errNotFound("exec %q in container %s: %s", strings.Join(cmd, " "), containerID, failure)
 	}
 	if timedOut {
-		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("exec %q in container %s timed out after %s: %w", strings.Join(cmd, " "), containerID, timeout, context.DeadlineExceeded)
+		// errors.Is(err, context.DeadlineExceeded), and gRPC code DeadlineExceeded
+		// as the kubelet's CRI client expects from a remote runtime.
+		return stdout.Bytes(), stderr.Bytes(), newErr(context.DeadlineExceeded, codes.DeadlineExceeded,
+			"exec %q in container %s timed out after %s", strings.Join(cmd, " "), containerID, timeout)
 	}
 	var exitErr *exec.ExitError
 	if errors.As(waitErr, &exitErr) {

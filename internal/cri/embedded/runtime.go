@@ -107,8 +107,8 @@ type containerRecord struct {
 	Image       string            `json:"image"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
-	LogPath     string            `json:"logPath,omitempty"`    // as given (relative to the sandbox log dir)
-	LogFile     string            `json:"logFile,omitempty"`    // absolute
+	LogPath     string            `json:"logPath,omitempty"` // as given (relative to the sandbox log dir)
+	LogFile     string            `json:"logFile,omitempty"` // absolute
 	Args        []string          `json:"args"`
 	Env         []string          `json:"env,omitempty"`
 	WorkingDir  string            `json:"workingDir,omitempty"`

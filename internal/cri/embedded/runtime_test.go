@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -191,6 +194,10 @@ func TestExecRunsInContainerCgroup(t *testing.T) {
 			t.Errorf("exec'd process not in %s cgroup %s:\n%s", ctl, want, out)
 		}
 	}
+	_, _, err = r.ExecSync(context.Background(), id, []string{"sleep", "60"}, 100*time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) || status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("ExecSync timeout: err = %v (code %v), want context.DeadlineExceeded / codes.DeadlineExceeded", err, status.Code(err))
+	}
 	if _, _, err := r.ExecSync(context.Background(), id, []string{"no-such-command-xyz"}, 30*time.Second); !errdefs.IsNotFound(err) {
 		t.Errorf("ExecSync of a missing command: err = %v, want NotFound", err)
 	}
@@ -229,7 +236,7 @@ func TestRemoveDeletesCgroupAndReapsMonitor(t *testing.T) {
 	sb, _ := testSandbox(t, r)
 	id := startContainer(t, r, sb, hostContainer("c", "/bin/sh", "-c", "sleep 1000 & sleep 1000"))
 	r.mu.Lock()
-	rel, monitor := r.containers[id].rec.CgroupPath, r.containers[id].start.MonitorPid
+	rel, start := r.containers[id].rec.CgroupPath, *r.containers[id].start
 	r.mu.Unlock()
 	memDir := r.cg.dir("memory", rel)
 	if _, err := os.Stat(memDir); err != nil {
@@ -241,9 +248,10 @@ func TestRemoveDeletesCgroupAndReapsMonitor(t *testing.T) {
 	if _, err := os.Stat(memDir); !os.IsNotExist(err) {
 		t.Errorf("container cgroup %s still exists after removal (err %v)", memDir, err)
 	}
+	// Gone entirely, not a zombie (or its pid already reused).
 	waitUntil(t, "the monitor to be reaped", func() bool {
-		_, err := os.Stat(fmt.Sprintf("/proc/%d", monitor))
-		return os.IsNotExist(err)
+		ticks, _ := procStartTicks(start.MonitorPid)
+		return ticks != start.MonitorTicks
 	})
 }
 
