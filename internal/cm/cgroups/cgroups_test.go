@@ -139,7 +139,8 @@ func TestV1Lifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Pids == 0 || st.MemoryUsage == 0 {
+	// Only the task count: memory charged before the move stays behind.
+	if st.Pids == 0 {
 		t.Errorf("stats of a cgroup with a live process: %+v", st)
 	}
 	if kids, err := d.Children(root.Child("kubepods").Child("burstable")); err != nil || !slices.Equal(kids, []string{"pod1"}) {
