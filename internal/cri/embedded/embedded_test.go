@@ -12,6 +12,9 @@ import (
 
 func TestMain(m *testing.M) {
 	MaybeRunMonitor()
+	if root := os.Getenv(helperAgentEnv); root != "" {
+		os.Exit(runHelperAgent(root))
+	}
 	os.Exit(m.Run())
 }
 
