@@ -282,11 +282,11 @@ func TestSummary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.MemoryRSS >= 8<<20 {
+		if st.MemoryRSS >= 4<<20 { // of 8Mi touched; a few pages may predate the move
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("workload never charged 8Mi to its cgroup: %+v", st)
+			t.Fatalf("workload never charged 4Mi to its cgroup: %+v", st)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
