@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -188,41 +189,66 @@ func (m *Manager) allocateOne(ctx context.Context, pod types.UID, container, res
 		m.mu.Unlock()
 		return m.finishAllocation(ctx, e, pod, container, resourceName, chosen)
 	}
-	available := idSet(m.devices[resourceName], true).Difference(m.allocated[resourceName]).Difference(chosen)
 	needed := want - chosen.Len()
-	if available.Len() < needed {
+	preferredOffered := e.opts.GetGetPreferredAllocationAvailable()
+	limit := needed // enough to decide; everything when the plugin gets to choose
+	if preferredOffered {
+		limit = -1
+	}
+	available := m.freeDevices(resourceName, chosen, limit)
+	if len(available) < needed {
+		n := len(m.freeDevices(resourceName, chosen, -1))
 		m.mu.Unlock()
 		return false, errorf(errdefs.ErrResourceExhausted, "requested number of devices unavailable for %s. Requested: %d, Available: %d",
-			resourceName, needed, available.Len())
+			resourceName, needed, n)
 	}
-	preferredOffered := e.opts.GetGetPreferredAllocationAvailable()
+	if !preferredOffered || len(available) == needed {
+		take(available)
+		m.mu.Unlock()
+		return m.finishAllocation(ctx, e, pod, container, resourceName, chosen)
+	}
 	m.mu.Unlock()
 
-	var preferred []string
-	if preferredOffered && available.Len() > needed {
-		// Ask outside the lock: ListAndWatch updates keep flowing meanwhile.
-		preferred, err = m.callPreferred(ctx, e, sets.List(available.Union(chosen)), sets.List(chosen), want)
-		if err != nil {
-			m.log.Warn("GetPreferredAllocation failed; picking devices in ID order",
-				"resource", resourceName, "pod", pod, "container", container, "err", err)
-		}
+	// Ask outside the lock: ListAndWatch updates keep flowing meanwhile.
+	preferred, err := m.callPreferred(ctx, e, sets.List(chosen.Clone().Insert(available...)), sets.List(chosen), want)
+	if err != nil {
+		m.log.Warn("GetPreferredAllocation failed; picking devices in ID order",
+			"resource", resourceName, "pod", pod, "container", container, "err", err)
 	}
 	m.mu.Lock()
 	// Devices may have turned unhealthy while we asked.
-	available = idSet(m.devices[resourceName], true).Difference(m.allocated[resourceName]).Difference(chosen)
+	available = m.freeDevices(resourceName, chosen, -1)
+	free := sets.New(available...)
 	var fromPreferred []string
 	for _, id := range preferred {
-		if available.Has(id) {
+		if free.Has(id) {
 			fromPreferred = append(fromPreferred, id)
 		}
 	}
-	ok := take(fromPreferred) || take(sets.List(available))
+	ok := take(fromPreferred) || take(available)
 	m.mu.Unlock()
 	if !ok {
 		return false, errorf(errdefs.ErrResourceExhausted, "requested number of devices unavailable for %s. Requested: %d, Available: %d",
-			resourceName, needed, available.Len())
+			resourceName, needed, len(available))
 	}
 	return m.finishAllocation(ctx, e, pod, container, resourceName, chosen)
+}
+
+// freeDevices lists healthy devices that no pod holds and that are not
+// in exclude, in ID order, stopping after limit (limit < 0: all).
+// Caller holds m.mu.
+func (m *Manager) freeDevices(resourceName string, exclude sets.Set[string], limit int) []string {
+	var out []string
+	devs, inUse := m.devices[resourceName], m.allocated[resourceName]
+	for _, id := range m.sortedIDs[resourceName] {
+		if limit >= 0 && len(out) >= limit {
+			break
+		}
+		if d := devs[id]; d != nil && d.healthy && !inUse.Has(id) && !exclude.Has(id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // finishAllocation calls the plugin's Allocate and records the answer.
@@ -231,9 +257,13 @@ func (m *Manager) finishAllocation(ctx context.Context, e *endpoint, pod types.U
 	if err != nil {
 		return false, errorf(errdefs.ErrUnavailable, "device plugin %s failed to allocate %v: %v", resourceName, sets.List(ids), err)
 	}
+	raw, err := proto.Marshal(resp)
+	if err != nil {
+		return false, errorf(errdefs.ErrUnavailable, "device plugin %s answered Allocate with a response that cannot be stored: %v", resourceName, err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.podDevs.set(pod, container, resourceName, &allocation{ids: ids, resp: resp})
+	m.podDevs.set(pod, container, resourceName, &allocation{ids: ids, resp: resp, raw: raw})
 	if m.allocated[resourceName] == nil {
 		m.allocated[resourceName] = sets.New[string]()
 	}

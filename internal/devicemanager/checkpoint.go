@@ -39,35 +39,30 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // errCorrupt marks a checkpoint that exists but cannot be trusted.
 var errCorrupt = errors.New("corrupt checkpoint")
 
-// checkpointer writes the checkpoint atomically (temp file, fsync,
-// rename, fsync of the directory). Writes happen under Manager.mu, so
-// they land in order.
-type checkpointer struct {
-	path string
-}
-
-// saveLocked snapshots the persisted state and writes it. Caller holds
-// m.mu; the file is written under it so that writes stay in order.
+// saveLocked snapshots the persisted state and hands it to the
+// checkpoint writer. Caller holds m.mu, so snapshots are numbered in the
+// order the state changed.
 func (m *Manager) saveLocked() {
 	data := checkpointData{RegisteredDevices: map[string][]string{}}
-	for name, devs := range m.devices {
-		data.RegisteredDevices[name] = sets.List(idSet(devs, false))
+	for name := range m.devices {
+		data.RegisteredDevices[name] = m.sortedIDs[name]
 	}
 	for uid, containers := range m.podDevs {
 		for cname, resources := range containers {
 			for name, a := range resources {
-				raw, err := proto.Marshal(a.resp)
-				if err != nil {
-					m.log.Error("encoding an allocation for the checkpoint failed", "pod", uid, "err", err)
-					continue
-				}
 				data.PodDeviceEntries = append(data.PodDeviceEntries, checkpointEntry{
 					PodUID: string(uid), ContainerName: cname, ResourceName: name,
-					DeviceIDs: sets.List(a.ids), AllocResp: raw,
+					DeviceIDs: sets.List(a.ids), AllocResp: a.raw,
 				})
 			}
 		}
 	}
+	m.ckpt.submit(data)
+}
+
+// write stores data atomically: temp file, fsync, rename, fsync of the
+// directory.
+func (c *checkpointer) write(data checkpointData) error {
 	sort.Slice(data.PodDeviceEntries, func(i, j int) bool {
 		a, b := data.PodDeviceEntries[i], data.PodDeviceEntries[j]
 		if a.PodUID != b.PodUID {
@@ -78,12 +73,6 @@ func (m *Manager) saveLocked() {
 		}
 		return a.ResourceName < b.ResourceName
 	})
-	if err := m.ckpt.write(data); err != nil {
-		m.log.Error("writing the device checkpoint failed", "path", m.ckpt.path, "err", err)
-	}
-}
-
-func (c *checkpointer) write(data checkpointData) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return err
@@ -179,7 +168,7 @@ func (m *Manager) restoreCheckpoint() {
 			continue
 		}
 		m.podDevs.set(types.UID(en.PodUID), en.ContainerName, en.ResourceName,
-			&allocation{ids: sets.New(en.DeviceIDs...), resp: resp})
+			&allocation{ids: sets.New(en.DeviceIDs...), resp: resp, raw: en.AllocResp})
 	}
 	m.allocated = m.podDevs.inUse()
 	m.log.Info("device checkpoint restored", "resources", len(data.RegisteredDevices), "allocations", len(data.PodDeviceEntries))

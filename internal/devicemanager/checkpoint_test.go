@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -137,6 +138,9 @@ func TestCheckpointWrittenOnEveryAllocationChange(t *testing.T) {
 	env := startManager(t, dir, Config{}, nil)
 	startPlugin(t, env, "p.sock", "d0", "d1")
 	read := func() checkpointData {
+		if err := env.m.ckpt.persisted(30 * time.Second); err != nil {
+			t.Fatal(err)
+		}
 		data, err := env.m.ckpt.read()
 		if err != nil {
 			t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
@@ -134,6 +133,7 @@ func (m *Manager) updateDevices(e *endpoint, devs []*pluginapi.Device) {
 	m.devices[e.resource] = next
 	m.log.Debug("devices updated", "resource", e.resource, "total", len(next), "healthy", healthy)
 	if !sameIDs(old, next) {
+		m.sortedIDs[e.resource] = sortedKeys(next)
 		m.saveLocked()
 	}
 }
@@ -202,14 +202,4 @@ func sameIDs(a, b map[string]*device) bool {
 		}
 	}
 	return true
-}
-
-func idSet(devs map[string]*device, healthyOnly bool) sets.Set[string] {
-	s := sets.New[string]()
-	for id, d := range devs {
-		if !healthyOnly || d.healthy {
-			s.Insert(id)
-		}
-	}
-	return s
 }

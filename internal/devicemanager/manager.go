@@ -91,6 +91,7 @@ type Manager struct {
 	stopped   bool
 	endpoints map[string]*endpoint          // resource → current endpoint
 	devices   map[string]map[string]*device // resource → device ID → device
+	sortedIDs map[string][]string           // resource → its device IDs, sorted; replaced, never modified
 	allocated map[string]sets.Set[string]   // resource → IDs held by pods
 	podDevs   podDevices                    // who holds what, with the plugin's answers
 
@@ -150,9 +151,10 @@ func New(cfg Config, pods PodLister, clk clock.PassiveClock, log *slog.Logger) (
 		log:       log,
 		endpoints: map[string]*endpoint{},
 		devices:   map[string]map[string]*device{},
+		sortedIDs: map[string][]string{},
 		allocated: map[string]sets.Set[string]{},
 		podDevs:   podDevices{},
-		ckpt:      &checkpointer{path: filepath.Join(cfg.PluginDir, CheckpointName)},
+		ckpt:      newCheckpointer(filepath.Join(cfg.PluginDir, CheckpointName), log),
 		done:      make(chan struct{}),
 	}, nil
 }
@@ -171,9 +173,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.restoreCheckpoint()
 
 	m.runCtx, m.cancel = context.WithCancel(ctx)
+	m.ckpt.start(m.runCtx)
 	reg, err := startRegServer(m.runCtx, m, filepath.Join(m.cfg.PluginDir, KubeletSocket))
 	if err != nil {
 		m.cancel()
+		m.ckpt.stopped()
 		return err
 	}
 	m.reg = reg
@@ -182,6 +186,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		if err != nil {
 			reg.stop()
 			m.cancel()
+			m.ckpt.stopped()
 			return err
 		}
 		m.podRes = pr
@@ -219,6 +224,9 @@ func (m *Manager) Stop() {
 			e.stop()
 		}
 		m.wg.Wait()
+		if m.cancel != nil {
+			m.ckpt.stopped() // the writer flushes what is pending first
+		}
 	})
 	<-m.done
 }
@@ -234,6 +242,7 @@ func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList, removed []s
 	for name, devs := range m.devices {
 		if e := m.endpoints[name]; e == nil || e.graceExpired(m.clock.Now(), m.cfg.GracePeriod) {
 			delete(m.devices, name)
+			delete(m.sortedIDs, name)
 			delete(m.endpoints, name)
 			removed = append(removed, name)
 			continue

@@ -11,6 +11,7 @@ import (
 type allocation struct {
 	ids  sets.Set[string]
 	resp *pluginapi.ContainerAllocateResponse
+	raw  []byte // resp in protobuf, as the checkpoint stores it
 }
 
 // podDevices records allocations: pod UID → container name → resource.

@@ -22,10 +22,15 @@ const CDIAnnotationPrefix = "cdi.k8s.io/"
 // first mount or device per container path; a conflicting env value is
 // logged and the later resource (in name order) wins, like the kubelet.
 // A container that asks for device plugin resources but holds none is an
-// ErrNotFound: it must not start without its devices.
+// ErrNotFound: it must not start without its devices. RunOptions first
+// waits until the allocations are in the checkpoint on disk.
 func (m *Manager) RunOptions(pod *v1.Pod, c *v1.Container) (*container.RunOptions, error) {
 	if pod == nil || c == nil {
 		return nil, fmt.Errorf("device manager: run options: pod and container are required: %w", errdefs.ErrInvalidArgument)
+	}
+	// The container must not run with devices the checkpoint lacks.
+	if err := m.ckpt.persisted(m.cfg.RPCTimeout); err != nil {
+		return nil, fmt.Errorf("device manager: run options for %s/%s container %q: %w", pod.Namespace, pod.Name, c.Name, err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
