@@ -235,8 +235,9 @@ func (r *Runtime) load() error {
 		path := filepath.Join(dir, fileContainer)
 		if err := readJSON(path, &c.rec); err != nil || c.rec.ID == "" {
 			if os.IsNotExist(err) {
-				// Crashed half way through CreateContainer.
-				_ = os.RemoveAll(dir)
+				// Crashed half way through CreateContainer (an empty dir), or
+				// a record moved aside earlier (kept for inspection).
+				_ = os.Remove(dir)
 				continue
 			}
 			quarantine(r.log, path, err)
