@@ -56,7 +56,7 @@ func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string
 	defer func() { _ = report.Close() }()
 	// The trampoline joins the cgroups and then execs cmd; argv holds the
 	// cgroup.procs files, "--", and the command.
-	args := append([]string{"minilet-exec"}, r.cg.procsFiles(rec.CgroupPath)...)
+	args := append([]string{trampolineArg0}, r.cg.procsFiles(rec.CgroupPath)...)
 	args = append(append(args, "--"), cmd...)
 	var stdout, stderr capBuffer
 	proc := &exec.Cmd{

@@ -119,7 +119,7 @@ func (r *Runtime) launch(dir string, rec *containerRecord) (bool, error) {
 	defer func() { _ = started.Close() }()
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
-		Args:        []string{"minilet-monitor", shortID(rec.ID)},
+		Args:        []string{monitorArg0, shortID(rec.ID)},
 		Env:         []string{monitorEnv + "=" + dir},
 		Stdout:      monLog,
 		Stderr:      monLog,

@@ -76,15 +76,26 @@ const (
 // in a process the runtime re-executed as a container monitor or exec
 // trampoline it does that job and exits without returning.
 func MaybeRunMonitor() {
-	if dir := os.Getenv(monitorEnv); dir != "" {
+	if len(os.Args) == 0 {
+		return
+	}
+	// Both the marker and argv[0] must match, so that a stray variable in
+	// some environment never turns the agent into a monitor.
+	if dir := os.Getenv(monitorEnv); dir != "" && os.Args[0] == monitorArg0 {
 		runtime.GOMAXPROCS(1)
 		debug.SetGCPercent(20)
 		os.Exit(runMonitor(dir))
 	}
-	if os.Getenv(trampolineEnv) != "" {
+	if os.Getenv(trampolineEnv) != "" && os.Args[0] == trampolineArg0 {
 		os.Exit(runTrampoline())
 	}
 }
+
+// argv[0] of the re-executed agent binary in its two helper roles.
+const (
+	monitorArg0    = "minilet-monitor"
+	trampolineArg0 = "minilet-exec"
+)
 
 // runMonitor supervises one container process: it starts it inside the
 // container cgroup, copies its output to the CRI log, waits for it and writes
