@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -52,14 +53,17 @@ type Flusher interface {
 	Flush(ctx context.Context) error
 }
 
-// Broadcaster takes events from recorders without ever blocking them,
-// correlates them on one goroutine and fans the result out to its sinks.
+// Broadcaster takes events from recorders without ever blocking them and
+// fans them out to its sinks from one goroutine. Events are correlated on
+// the recorder's side of the queue (a short critical section, no I/O), so
+// duplicates and spam never occupy the queue and a burst of one noisy
+// event cannot push out the others.
 type Broadcaster struct {
 	clock clock.Clock
 	log   *slog.Logger
 	corr  *Correlator
 	names *nameSeq
-	queue chan *v1.Event
+	queue chan queued
 
 	mu     sync.RWMutex // Record holds it shared while sending; Shutdown exclusively to close
 	closed bool
@@ -96,7 +100,7 @@ func NewBroadcaster(cfg Config, clk clock.Clock, log *slog.Logger) (*Broadcaster
 		clock: clk,
 		log:   log.With("component", "events"),
 		corr:  corr,
-		queue: make(chan *v1.Event, cfg.QueueSize),
+		queue: make(chan queued, cfg.QueueSize),
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
@@ -146,10 +150,31 @@ func (b *Broadcaster) AddSink(s Sink) (remove func()) {
 	}
 }
 
-// Record queues ev for correlation and the sinks and reports whether it
-// was queued. It never blocks: when the queue is full the event is dropped,
-// counted, and the burst logged once.
+// Record correlates ev (taking ownership of it) and queues the result for
+// the sinks; it reports whether ev will be written. It never blocks: when
+// the queue is full the event is dropped, counted, and the burst logged
+// once. Recorders use it through EventRecorder.
 func (b *Broadcaster) Record(ev *v1.Event) bool {
+	if !b.admit() {
+		return false
+	}
+	res := b.corr.Correlate(ev)
+	if res.Skip {
+		b.recorded.Add(1)
+		b.filtered.Add(1)
+		return false
+	}
+	return b.enqueue(queued{ev: res.Event, update: res.Update})
+}
+
+// queued is one correlated event waiting for the sinks.
+type queued struct {
+	ev     *v1.Event
+	update bool
+}
+
+// enqueue counts the event as recorded and queues it or drops it.
+func (b *Broadcaster) enqueue(q queued) bool {
 	b.recorded.Add(1)
 	b.mu.RLock()
 	if b.closed {
@@ -158,17 +183,41 @@ func (b *Broadcaster) Record(ev *v1.Event) bool {
 		return false
 	}
 	select {
-	case b.queue <- ev:
+	case b.queue <- q:
 		b.mu.RUnlock()
+		if len(b.queue) > cap(b.queue)/2 {
+			// Not a wait: give the fan-out goroutine, which this send may
+			// have woken onto our processor, a chance to run before the
+			// queue overflows.
+			runtime.Gosched()
+		}
 		return true
 	default:
 	}
 	b.mu.RUnlock()
 	b.drop(1)
+	b.warnBurst()
+	return false
+}
+
+// admit counts an event recorded after shutdown as dropped and returns
+// false; it spares such events the correlator.
+func (b *Broadcaster) admit() bool {
+	b.mu.RLock()
+	closed := b.closed
+	b.mu.RUnlock()
+	if closed {
+		b.recorded.Add(1)
+		b.drop(1)
+		return false
+	}
+	return true
+}
+
+func (b *Broadcaster) warnBurst() {
 	if b.inBurst.CompareAndSwap(false, true) {
 		b.log.Warn("event queue full, dropping events until it drains", "queueSize", cap(b.queue))
 	}
-	return false
 }
 
 func (b *Broadcaster) drop(n uint64) {
@@ -192,12 +241,12 @@ func (b *Broadcaster) run(ctx, sinkCtx context.Context) {
 	defer b.cancel()
 	for {
 		select {
-		case ev := <-b.queue:
+		case q := <-b.queue:
 			if sinkCtx.Err() != nil { // the shutdown deadline passed
 				b.drop(1)
 				continue
 			}
-			b.handle(sinkCtx, ev)
+			b.handle(sinkCtx, q)
 			if len(b.queue) == 0 {
 				b.flush(sinkCtx)
 				if b.inBurst.CompareAndSwap(true, false) {
@@ -220,12 +269,12 @@ func (b *Broadcaster) run(ctx, sinkCtx context.Context) {
 func (b *Broadcaster) drain(ctx context.Context) {
 	for {
 		select {
-		case ev := <-b.queue:
+		case q := <-b.queue:
 			if ctx.Err() != nil {
 				b.drop(1)
 				continue
 			}
-			b.handle(ctx, ev)
+			b.handle(ctx, q)
 		default:
 			b.flush(ctx)
 			return
@@ -233,25 +282,20 @@ func (b *Broadcaster) drain(ctx context.Context) {
 	}
 }
 
-// handle correlates one event and hands the result to every sink.
-func (b *Broadcaster) handle(ctx context.Context, ev *v1.Event) {
-	res := b.corr.Correlate(ev)
-	if res.Skip {
-		b.filtered.Add(1)
-		return
-	}
+// handle hands one correlated event to every sink.
+func (b *Broadcaster) handle(ctx context.Context, q queued) {
 	b.delivered.Add(1)
 	b.deliveredMetric.Inc()
 	for _, s := range *b.sinks.Load() {
 		var err error
-		if res.Update {
-			_, err = s.Update(ctx, res.Event)
+		if q.update {
+			_, err = s.Update(ctx, q.ev)
 		} else {
-			_, err = s.Create(ctx, res.Event)
+			_, err = s.Create(ctx, q.ev)
 		}
 		if err != nil {
 			b.sinkErrors.Add(1)
-			b.log.Warn("event sink failed", "sink", fmt.Sprintf("%T", s), "event", res.Event.Namespace+"/"+res.Event.Name, "reason", res.Event.Reason, "err", err)
+			b.log.Warn("event sink failed", "sink", fmt.Sprintf("%T", s), "event", q.ev.Namespace+"/"+q.ev.Name, "reason", q.ev.Reason, "err", err)
 		}
 	}
 }

@@ -174,7 +174,7 @@ func TestRecorderBuildsEvents(t *testing.T) {
 	if evs[4].Annotations["k"] != "v" || evs[4].Message != `image "host" present` {
 		t.Errorf("annotated event %v %q", evs[4].Annotations, evs[4].Message)
 	}
-	if n := evs[5].Name; strings.HasPrefix(n, "Upper_Case") || !isDNSSubdomain(n) {
+	if n := evs[5].Name; strings.HasPrefix(n, "Upper_Case") || !isDNSSubdomain([]byte(n)) {
 		t.Errorf("fallback name %q is not a valid generated name", n)
 	}
 	if evs[0].Name == evs[4].Name {

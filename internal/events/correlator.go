@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -101,6 +102,13 @@ type tokenBucket struct {
 	last   time.Time
 }
 
+// groupState is what the correlator remembers about a group of similar
+// events.
+type groupState struct {
+	agg    aggRecord
+	bucket tokenBucket
+}
+
 // Result is what the correlator made of one event.
 type Result struct {
 	// Event is the event to write; nil when Skip.
@@ -117,14 +125,14 @@ type Result struct {
 // spam filter's buckets are per reason as well as per object, so a noisy
 // BackOff cannot starve Pulled, Created or Started of the same pod.
 //
-// A Correlator is not safe for concurrent use; the broadcaster calls it
-// from its one goroutine.
+// Recorders run it on their own goroutine, before the broadcaster's
+// queue, so events the filter would drop never take a queue slot.
 type Correlator struct {
+	mu    sync.Mutex // guards the caches
 	cfg   CorrelatorConfig
 	clock clock.PassiveClock
-	agg   *lru[groupKey, aggRecord]
+	group *lru[groupKey, groupState] // aggregation record and spam bucket, one lookup for both
 	dedup *lru[dedupKey, dedupRecord]
-	spam  *lru[groupKey, tokenBucket]
 	names *nameSeq
 }
 
@@ -138,24 +146,34 @@ func NewCorrelator(cfg CorrelatorConfig, clk clock.PassiveClock) (*Correlator, e
 	return &Correlator{
 		cfg:   cfg,
 		clock: clk,
-		agg:   newLRU[groupKey, aggRecord](cfg.CacheSize),
+		group: newLRU[groupKey, groupState](cfg.CacheSize),
 		dedup: newLRU[dedupKey, dedupRecord](cfg.CacheSize),
-		spam:  newLRU[groupKey, tokenBucket](cfg.CacheSize),
 		names: &nameSeq{},
 	}, nil
 }
 
-// Correlate takes ownership of ev (it may change its name, count and
-// first timestamp) and returns the event to write, if any.
+// Correlate takes ownership of ev (it may change its name, count, first
+// timestamp and message) and returns the event to write, if any. It is
+// safe for concurrent use.
 func (c *Correlator) Correlate(ev *v1.Event) Result {
-	now := c.clock.Now()
-	gk := groupKeyOf(ev)
-	out, dk := c.aggregate(ev, gk, now)
-	c.observe(out, dk)
-	if !c.allow(gk, now) {
+	d := c.decide(groupKeyOf(ev), ev.InvolvedObject.FieldPath, ev.Message, ev.LastTimestamp, ev.Name)
+	if d.skip {
 		return Result{Skip: true}
 	}
-	return Result{Event: out, Update: out.Count > 1}
+	if d.combined {
+		ev = &v1.Event{
+			ObjectMeta:          metav1.ObjectMeta{Namespace: ev.Namespace, Labels: ev.Labels},
+			InvolvedObject:      ev.InvolvedObject,
+			Reason:              ev.Reason,
+			Message:             CombinedPrefix + ev.Message,
+			Source:              ev.Source,
+			Type:                ev.Type,
+			ReportingController: ev.ReportingController,
+			ReportingInstance:   ev.ReportingInstance,
+		}
+	}
+	d.apply(ev)
+	return Result{Event: ev, Update: d.count > 1}
 }
 
 func groupKeyOf(ev *v1.Event) groupKey {
@@ -167,66 +185,86 @@ func groupKeyOf(ev *v1.Event) groupKey {
 	}
 }
 
-// aggregate records ev's message in its group. The group's first
-// AggregateMaxEvents-1 distinct messages pass unchanged (and repeats of
-// them are deduplicated as usual); any further distinct message within
-// AggregateInterval of the group's last event is replaced by one combined
-// event, keyed so that later combined events count onto it. (client-go
+// decision is what the correlator decided about one occurrence, before any
+// v1.Event exists for it: recorders build the event only when it is to be
+// written.
+type decision struct {
+	skip     bool // eaten by the spam filter
+	combined bool // write the group's combined event instead of this message
+	name     string
+	first    metav1.Time
+	last     metav1.Time
+	count    int32
+}
+
+// apply sets the correlated identity on ev.
+func (d *decision) apply(ev *v1.Event) {
+	ev.Name = d.name
+	ev.FirstTimestamp = d.first
+	ev.LastTimestamp = d.last
+	ev.Count = d.count
+}
+
+// decide runs one occurrence (object and reason in gk, its fieldPath,
+// message and timestamp) through aggregation, dedup and the spam filter, in
+// the kubelet's order. name is the occurrence's own event name, or "" to
+// have one generated when a new event starts.
+func (c *Correlator) decide(gk groupKey, fieldPath, message string, ts metav1.Time, name string) decision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clock.Now()
+	if ts.IsZero() {
+		ts = metav1.NewTime(now)
+	}
+	d := decision{last: ts}
+	dk := dedupKey{group: gk, fieldPath: fieldPath, message: message}
+	g := c.group.get(gk)
+	if g == nil {
+		g = c.group.put(gk, groupState{bucket: tokenBucket{tokens: float64(c.cfg.SpamBurst), last: now}})
+	}
+	if c.aggregate(&g.agg, message, now) {
+		d.combined, d.last, name = true, metav1.NewTime(now), ""
+		dk = dedupKey{group: gk, combined: true}
+	}
+	// Dedup: an identical earlier event keeps its name and first timestamp
+	// and counts up.
+	if r := c.dedup.get(dk); r != nil {
+		r.count++
+		d.name, d.first, d.count = r.name, r.first, r.count
+	} else {
+		if name == "" {
+			name = eventName(gk.name, c.names.next(d.last.UnixNano()))
+		}
+		d.name, d.first, d.count = name, d.last, 1
+		c.dedup.put(dk, dedupRecord{count: 1, first: d.first, name: name})
+	}
+	d.skip = !c.allow(&g.bucket, now)
+	return d
+}
+
+// aggregate records message in its group and reports whether it must be
+// folded into the group's combined event. The group's first
+// AggregateMaxEvents-1 distinct messages pass (repeats of them are
+// deduplicated as usual); any further distinct message within
+// AggregateInterval of the group's last event is combined. (client-go
 // evicts an arbitrary remembered message instead, which makes the outcome
 // depend on map order.)
-func (c *Correlator) aggregate(ev *v1.Event, gk groupKey, now time.Time) (*v1.Event, dedupKey) {
-	rec := c.agg.get(gk)
-	if rec == nil || now.Sub(rec.last) > c.cfg.AggregateInterval {
-		rec = c.agg.put(gk, aggRecord{messages: make(map[string]struct{}, 2)})
+func (c *Correlator) aggregate(rec *aggRecord, message string, now time.Time) bool {
+	if rec.messages == nil || now.Sub(rec.last) > c.cfg.AggregateInterval {
+		*rec = aggRecord{messages: make(map[string]struct{}, 2)}
 	}
 	rec.last = now
-	if _, seen := rec.messages[ev.Message]; seen || len(rec.messages) < c.cfg.AggregateMaxEvents-1 {
-		rec.messages[ev.Message] = struct{}{}
-		return ev, dedupKey{group: gk, fieldPath: ev.InvolvedObject.FieldPath, message: ev.Message}
+	if _, seen := rec.messages[message]; seen || len(rec.messages) < c.cfg.AggregateMaxEvents-1 {
+		rec.messages[message] = struct{}{}
+		return false
 	}
-	t := metav1.NewTime(now)
-	combined := &v1.Event{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      eventName(ev.InvolvedObject.Name, c.names.next(now.UnixNano())),
-			Namespace: ev.Namespace,
-			Labels:    ev.Labels,
-		},
-		InvolvedObject:      ev.InvolvedObject,
-		Reason:              ev.Reason,
-		Message:             CombinedPrefix + ev.Message,
-		Source:              ev.Source,
-		FirstTimestamp:      t,
-		LastTimestamp:       t,
-		Count:               1,
-		Type:                ev.Type,
-		ReportingController: ev.ReportingController,
-		ReportingInstance:   ev.ReportingInstance,
-	}
-	return combined, dedupKey{group: gk, combined: true}
+	return true
 }
 
-// observe folds ev into an identical earlier event: same name and first
-// timestamp, count incremented.
-func (c *Correlator) observe(ev *v1.Event, dk dedupKey) {
-	if r := c.dedup.get(dk); r != nil && r.count > 0 {
-		r.count++
-		ev.Name = r.name
-		ev.FirstTimestamp = r.first
-		ev.Count = r.count
-		return
-	}
-	if ev.Count < 1 {
-		ev.Count = 1
-	}
-	c.dedup.put(dk, dedupRecord{count: ev.Count, first: ev.FirstTimestamp, name: ev.Name})
-}
-
-// allow takes a token from the group's bucket.
-func (c *Correlator) allow(gk groupKey, now time.Time) bool {
-	b := c.spam.get(gk)
-	if b == nil {
-		b = c.spam.put(gk, tokenBucket{tokens: float64(c.cfg.SpamBurst), last: now})
-	} else if d := now.Sub(b.last); d > 0 {
+// allow takes a token from the group's bucket, refilled for the time
+// since it was last used.
+func (c *Correlator) allow(b *tokenBucket, now time.Time) bool {
+	if d := now.Sub(b.last); d > 0 {
 		b.tokens += d.Seconds() * c.cfg.SpamQPS
 		if max := float64(c.cfg.SpamBurst); b.tokens > max {
 			b.tokens = max

@@ -175,8 +175,8 @@ func TestCorrelatorCachesAreBounded(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		c.Correlate(testEvent(clk.Now(), step{object: fmt.Sprintf("pod-%d", i), message: fmt.Sprintf("m%d", i)}))
 	}
-	if c.agg.len() != 16 || c.dedup.len() != 16 || c.spam.len() != 16 {
-		t.Fatalf("cache sizes agg=%d dedup=%d spam=%d, want 16 each", c.agg.len(), c.dedup.len(), c.spam.len())
+	if c.group.len() != 16 || c.dedup.len() != 16 {
+		t.Fatalf("cache sizes group=%d dedup=%d, want 16 each", c.group.len(), c.dedup.len())
 	}
 	// The first object was evicted: its repeat starts a new count.
 	if got := c.Correlate(testEvent(clk.Now(), step{object: "pod-0", message: "m0"})).Event.Count; got != 1 {

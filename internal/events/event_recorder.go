@@ -71,37 +71,52 @@ func (r *EventRecorder) generate(obj runtime.Object, annotations map[string]stri
 		r.log.Error("cannot reference object, event dropped", "reason", reason, "message", message, "err", err)
 		return
 	}
-	if ts.IsZero() {
-		ts = metav1.Time{Time: r.clock.Now()}
+	if !r.b.admit() {
+		return // shut down: counted as dropped
+	}
+	gk := groupKey{
+		component: r.source.Component, host: r.source.Host,
+		kind: ref.Kind, namespace: ref.Namespace, name: ref.Name, uid: string(ref.UID), apiVersion: ref.APIVersion,
+		eventType: eventtype, reason: reason,
+	}
+	d := r.b.corr.decide(gk, ref.FieldPath, message, ts, "")
+	if d.skip {
+		r.b.recorded.Add(1)
+		r.b.filtered.Add(1)
+		return
+	}
+	if len(r.b.queue) >= cap(r.b.queue) { // full: count the drop without building the event
+		r.b.recorded.Add(1)
+		r.b.drop(1)
+		r.b.warnBurst()
+		return
 	}
 	ns := ref.Namespace
 	if ns == "" {
 		ns = metav1.NamespaceDefault
 	}
+	if d.combined {
+		message = CombinedPrefix + message
+		annotations = nil
+	}
 	ev := &v1.Event{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        eventName(ref.Name, r.b.names.next(ts.UnixNano())),
-			Namespace:   ns,
-			Annotations: annotations,
-		},
+		ObjectMeta:          metav1.ObjectMeta{Namespace: ns, Annotations: annotations},
 		InvolvedObject:      ref,
 		Reason:              reason,
 		Message:             message,
 		Source:              r.source,
-		FirstTimestamp:      ts,
-		LastTimestamp:       ts,
-		Count:               1,
 		Type:                eventtype,
 		ReportingController: r.source.Component,
 		ReportingInstance:   r.source.Host,
 	}
+	d.apply(ev)
 	if pod, ok := obj.(*v1.Pod); ok && len(pod.Labels) > 0 {
 		ev.Labels = make(map[string]string, len(pod.Labels))
 		for k, v := range pod.Labels {
 			ev.Labels[k] = v
 		}
 	}
-	r.b.Record(ev)
+	r.b.enqueue(queued{ev: ev, update: d.count > 1})
 }
 
 // Reference builds the involvedObject for obj. Pods and nodes need no
@@ -184,17 +199,24 @@ func (s *nameSeq) next(nanos int64) int64 {
 // eventName is "<object>.<unix nanos in hex>", or a UUID when that is not a
 // valid object name (an object name with upper case, say).
 func eventName(objName string, nanos int64) string {
-	name := objName + "." + strconv.FormatInt(nanos, 16)
-	if !isDNSSubdomain(name) {
+	var stack [80]byte
+	buf := stack[:0]
+	if len(objName)+17 > len(stack) {
+		buf = make([]byte, 0, len(objName)+17)
+	}
+	buf = append(buf, objName...)
+	buf = append(buf, '.')
+	buf = strconv.AppendInt(buf, nanos, 16)
+	if !isDNSSubdomain(buf) {
 		return string(uuid.NewUUID())
 	}
-	return name
+	return string(buf)
 }
 
 // isDNSSubdomain is a fast RFC 1123 subdomain check: at most 253
 // characters, lower-case alphanumerics, '-' and '.', each label starting
 // and ending with an alphanumeric.
-func isDNSSubdomain(s string) bool {
+func isDNSSubdomain(s []byte) bool {
 	if len(s) == 0 || len(s) > 253 {
 		return false
 	}

@@ -1,7 +1,7 @@
 package events
 
 // lru is a fixed-size least-recently-used map. It is not safe for
-// concurrent use: the correlator that owns it runs on one goroutine.
+// concurrent use: the correlator's mutex guards it.
 // Evicted nodes are recycled, so a full cache allocates nothing.
 type lru[K comparable, V any] struct {
 	max   int
