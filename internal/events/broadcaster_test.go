@@ -359,3 +359,43 @@ func TestNewEventListSortsByLastTimestamp(t *testing.T) {
 		t.Fatal("empty list must have non-nil items so it encodes as []")
 	}
 }
+
+// A crash-looping container floods BackOff; the pod's Started and Killing
+// events still reach the sinks, because filtered events never take a queue
+// slot and the spam budget is per reason.
+func TestNoisyReasonDoesNotStarveOthers(t *testing.T) {
+	b, clk := newTestBroadcaster(t, Config{QueueSize: 100})
+	sink := &memSink{}
+	b.AddSink(sink)
+	rec := b.NewRecorder(v1.EventSource{Component: Component, Host: "n"})
+	pod := testPod("web")
+	ref := ContainerRef(pod, "app")
+	for i := 0; i < 5000; i++ { // not started yet: nothing drains the queue
+		rec.Event(ref, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container app in pod web")
+	}
+	rec.Event(ref, v1.EventTypeNormal, "Started", "Started container app")
+	rec.PastEventf(ref, metav1.NewTime(clk.Now().Add(-time.Minute)), v1.EventTypeNormal, "Killing", "Stopping container %s", "app")
+	b.Start(context.Background())
+	b.Stop()
+
+	st := b.Stats()
+	checkAccounting(t, st)
+	if st.Dropped != 0 || st.Filtered != 5000-25 {
+		t.Fatalf("stats %+v, want nothing dropped and all but 25 BackOffs filtered", st)
+	}
+	var reasons []string
+	for _, e := range append(sink.created, sink.updated...) {
+		if e.Reason != "BackOff" {
+			reasons = append(reasons, e.Reason)
+			if e.Reason == "Killing" && !e.LastTimestamp.Time.Equal(clk.Now().Add(-time.Minute)) {
+				t.Errorf("PastEventf timestamp %v", e.LastTimestamp)
+			}
+		}
+	}
+	if strings.Join(reasons, ",") != "Started,Killing" {
+		t.Fatalf("non-BackOff events delivered: %v", reasons)
+	}
+	if last := sink.updated[len(sink.updated)-1]; last.Count != 25 {
+		t.Fatalf("last BackOff update has count %d, want 25", last.Count)
+	}
+}
