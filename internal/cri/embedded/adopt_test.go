@@ -52,6 +52,8 @@ func TestAdoptContainersOfAnExitedAgent(t *testing.T) {
 	requireRoot(t)
 	root := t.TempDir()
 	parent := fmt.Sprintf("/minilet-embedded-test-adopt-%d", os.Getpid())
+	// Whatever happens below, the helper's container must end.
+	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(root, "release"), nil, 0o644) })
 	helper := exec.Command("/proc/self/exe")
 	helper.Env = append(os.Environ(), helperAgentEnv+"="+root, "CGROUP_PARENT="+parent)
 	out, err := helper.Output()

@@ -16,8 +16,8 @@ import (
 // Controller names one controller of the hierarchy (v1) and is empty for the
 // v2 unified hierarchy; the monitor uses it to find its own cgroup there.
 type hierarchy struct {
-	Mount      string `json:"mount"`
-	Controller string `json:"controller"`
+	Mount      string
+	Controller string
 }
 
 // cgroupDriver creates, configures, reads and removes container cgroups.
