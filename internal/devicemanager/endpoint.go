@@ -89,7 +89,7 @@ func (m *Manager) runEndpoint(ctx context.Context, e *endpoint) {
 		m.mu.Unlock()
 	}
 
-	stream, err := e.client.ListAndWatch(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
+	stream, err := e.client.ListAndWatch(ctx, &pluginapi.Empty{})
 	if err != nil {
 		log.Warn("ListAndWatch failed", "err", err)
 		m.endpointGone(e)
