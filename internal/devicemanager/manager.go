@@ -234,7 +234,8 @@ func (m *Manager) Stop() {
 // Capacity reports every device plugin resource: capacity counts healthy
 // and unhealthy devices, allocatable only healthy ones. Resources whose
 // plugin has been gone for longer than the grace period are dropped and
-// listed in removed, so the node status can delete them.
+// listed in removed, so the node status can delete them; removed is
+// reported once, so only the node status should call Capacity.
 func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList, removed []string) {
 	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
 	m.mu.Lock()
@@ -262,6 +263,29 @@ func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList, removed []s
 		m.saveLocked()
 	}
 	return capacity, allocatable, removed
+}
+
+// Allocatable reports the healthy device count of every device plugin
+// resource. Unlike Capacity it changes nothing, so any number of readers
+// (node status, cgroup manager) may call it.
+func (m *Manager) Allocatable() v1.ResourceList {
+	out := v1.ResourceList{}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	for name, devs := range m.devices {
+		if e := m.endpoints[name]; e == nil || e.graceExpired(now, m.cfg.GracePeriod) {
+			continue
+		}
+		healthy := 0
+		for _, d := range devs {
+			if d.healthy {
+				healthy++
+			}
+		}
+		out[v1.ResourceName(name)] = *resource.NewQuantity(int64(healthy), resource.DecimalSI)
+	}
+	return out
 }
 
 // DeviceInfo is one device as `minilet get devices` shows it.

@@ -109,10 +109,16 @@ func TestPluginDeathAndGracePeriod(t *testing.T) {
 	env.waitCounts(t, testResource, 2, 0) // still listed, all unhealthy
 
 	env.clock.Step(DefaultGracePeriod)
+	if q, ok := env.m.Allocatable()[testResource]; !ok || q.Value() != 0 {
+		t.Fatalf("Allocatable() = %v, want %s: 0 within the grace period", env.m.Allocatable(), testResource)
+	}
 	if c, a := env.counts(testResource); c != 2 || a != 0 {
 		t.Fatalf("at exactly the grace period: capacity %d allocatable %d, want 2 and 0", c, a)
 	}
 	env.clock.Step(time.Second)
+	if _, ok := env.m.Allocatable()[testResource]; ok {
+		t.Fatalf("Allocatable() still lists %s after the grace period", testResource)
+	}
 	_, _, removed := env.m.Capacity()
 	if len(removed) != 1 || removed[0] != testResource {
 		t.Fatalf("removed = %v, want [%s]", removed, testResource)
