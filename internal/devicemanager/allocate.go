@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
@@ -67,6 +68,9 @@ func errorf(class error, format string, args ...any) error {
 func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod) error {
 	if pod == nil {
 		return fmt.Errorf("device manager: allocate: pod is nil: %w", errdefs.ErrInvalidArgument)
+	}
+	if m.cfg.PluginWait > 0 {
+		m.waitForPlugins(ctx, pod)
 	}
 	m.allocMu.Lock()
 	defer m.allocMu.Unlock()
@@ -140,6 +144,48 @@ func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod) error {
 		m.mu.Unlock()
 	}
 	return nil
+}
+
+// waitForPlugins waits up to PluginWait until every known resource the
+// pod asks for has a connected plugin that has listed its devices.
+// Pods already holding their devices (re-admission) do not wait.
+func (m *Manager) waitForPlugins(ctx context.Context, pod *v1.Pod) {
+	var names []string
+	for i := range pod.Spec.InitContainers {
+		names = append(names, deviceRequests(&pod.Spec.InitContainers[i])...)
+	}
+	for i := range pod.Spec.Containers {
+		names = append(names, deviceRequests(&pod.Spec.Containers[i])...)
+	}
+	if len(names) == 0 {
+		return
+	}
+	timer := time.NewTimer(m.cfg.PluginWait)
+	defer timer.Stop()
+	for {
+		m.mu.Lock()
+		waiting := ""
+		for _, name := range names {
+			e := m.endpoints[name]
+			if e != nil && (!e.running() || !e.listed) && m.podDevs[pod.UID] == nil {
+				waiting = name
+				break
+			}
+		}
+		listed := m.listed
+		m.mu.Unlock()
+		if waiting == "" {
+			return
+		}
+		m.log.Info("waiting for a device plugin before admitting a pod", "resource", waiting, "pod", pod.UID)
+		select {
+		case <-listed:
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			return
+		}
+	}
 }
 
 // deviceRequests lists the extended resources a container asks for, sorted.

@@ -1,12 +1,15 @@
 package devicemanager
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,5 +166,56 @@ func TestCheckpointWrittenOnEveryAllocationChange(t *testing.T) {
 	// No temp files left behind by the atomic writes.
 	if left, _ := filepath.Glob(filepath.Join(dir, ".checkpoint-*")); len(left) != 0 {
 		t.Fatalf("temp files left: %v", left)
+	}
+}
+
+// syncBuffer is a log sink the test can read while the manager writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestAllocateWaitsForPluginAfterRestart(t *testing.T) {
+	dir := shortDir(t)
+	env := startManager(t, dir, Config{}, nil)
+	p := startPlugin(t, env, "p.sock", "d0", "d1")
+	env.m.Stop()
+	p.kill()
+
+	logs := &syncBuffer{}
+	m, err := New(Config{PluginDir: dir, PluginWait: time.Minute}, nil, nil, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Stop)
+
+	result := make(chan error, 1)
+	go func() { result <- m.Allocate(context.Background(), podWith("uid1", ctr{"a", 2})) }()
+	waitFor(t, "Allocate to wait for the plugin", func() bool {
+		return strings.Contains(logs.String(), "waiting for a device plugin")
+	})
+	p2 := newTestPlugin(t, dir, "p2.sock", testResource, "d0", "d1")
+	p2.serve(t)
+	p2.register(t, dir)
+	if err := <-result; err != nil {
+		t.Fatalf("Allocate after the plugin came back: %v", err)
+	}
+	if got := held(m, "uid1", "a"); !reflect.DeepEqual(got, []string{"d0", "d1"}) {
+		t.Fatalf("holds %v", got)
 	}
 }

@@ -25,6 +25,7 @@ type endpoint struct {
 	// guarded by Manager.mu
 	opts      *pluginapi.DevicePluginOptions
 	stoppedAt time.Time // zero while the stream is up
+	listed    bool      // a ListAndWatch message arrived
 }
 
 // newStoppedEndpoint stands in for a resource known from the checkpoint
@@ -131,6 +132,11 @@ func (m *Manager) updateDevices(e *endpoint, devs []*pluginapi.Device) {
 		next[d.GetID()] = &device{healthy: ok, topology: d.GetTopology()}
 	}
 	m.devices[e.resource] = next
+	if !e.listed {
+		e.listed = true
+		close(m.listed)
+		m.listed = make(chan struct{})
+	}
 	m.log.Debug("devices updated", "resource", e.resource, "total", len(next), "healthy", healthy)
 	if !sameIDs(old, next) {
 		m.sortedIDs[e.resource] = sortedKeys(next)

@@ -61,6 +61,11 @@ type Config struct {
 	GracePeriod time.Duration
 	// RPCTimeout bounds each call into a plugin; default DefaultRPCTimeout.
 	RPCTimeout time.Duration
+	// PluginWait is how long Allocate waits for a plugin that registered
+	// before (in this run or the last one) but is not connected now, e.g.
+	// right after an agent restart; default 0: fail at once, like the
+	// kubelet. Set it only when admission may block for that long.
+	PluginWait time.Duration
 }
 
 // PodLister lists the pods that are active on the node (admitted and not
@@ -94,6 +99,7 @@ type Manager struct {
 	sortedIDs map[string][]string           // resource → its device IDs, sorted; replaced, never modified
 	allocated map[string]sets.Set[string]   // resource → IDs held by pods
 	podDevs   podDevices                    // who holds what, with the plugin's answers
+	listed    chan struct{}                 // closed and replaced when a plugin sends its devices
 
 	ckpt *checkpointer
 
@@ -131,6 +137,9 @@ func New(cfg Config, pods PodLister, clk clock.PassiveClock, log *slog.Logger) (
 	if cfg.RPCTimeout < 0 {
 		return nil, fmt.Errorf("device manager: RPCTimeout %v must not be negative", cfg.RPCTimeout)
 	}
+	if cfg.PluginWait < 0 {
+		return nil, fmt.Errorf("device manager: PluginWait %v must not be negative", cfg.PluginWait)
+	}
 	if cfg.RPCTimeout == 0 {
 		cfg.RPCTimeout = DefaultRPCTimeout
 	}
@@ -154,6 +163,7 @@ func New(cfg Config, pods PodLister, clk clock.PassiveClock, log *slog.Logger) (
 		sortedIDs: map[string][]string{},
 		allocated: map[string]sets.Set[string]{},
 		podDevs:   podDevices{},
+		listed:    make(chan struct{}),
 		ckpt:      newCheckpointer(filepath.Join(cfg.PluginDir, CheckpointName), log),
 		done:      make(chan struct{}),
 	}, nil
