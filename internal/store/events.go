@@ -1,6 +1,7 @@
 // Package store is minilet's embedded local state: a bbolt database under
-// the root directory. Events live in events.db with a TTL and a size cap;
-// a damaged file is moved aside and a fresh one started, never a crash.
+// the root directory. Events live in events.db with a TTL and a size cap,
+// the file is compacted at open when purges left it mostly empty, and a
+// damaged file is moved aside and a fresh one started, never a crash.
 package store
 
 import (
@@ -113,6 +114,14 @@ func OpenEvents(cfg EventsConfig, clk clock.PassiveClock, log *slog.Logger) (*Ev
 	if _, err := s.Purge(); err != nil {
 		s.log.Warn("purging expired events failed", "err", err)
 	}
+	db, err = s.compactIfSparse(s.db, cfg.OpenTimeout)
+	if db == nil {
+		return nil, fmt.Errorf("event store: %w", err)
+	}
+	if err != nil {
+		s.log.Warn("compacting the event store failed; continuing with the uncompacted file", "err", err)
+	}
+	s.db = db
 	return s, nil
 }
 

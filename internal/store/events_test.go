@@ -304,3 +304,54 @@ func TestEventsConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestEventsCompactedOnOpenAfterPurge(t *testing.T) {
+	dir := t.TempDir()
+	clk := clocktesting.NewFakeClock(t0)
+	s, err := OpenEvents(EventsConfig{Dir: dir}, clk, discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 2000)
+	for i := 0; i < 20; i++ {
+		var batch []*v1.Event
+		for j := 0; j < 250; j++ {
+			e := podEvent("ns1", "a", fmt.Sprintf("old-%d-%d", i, j), t0, 1)
+			e.Message = big
+			batch = append(batch, e)
+		}
+		if err := s.PutEvents(batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Step(2 * time.Hour)
+	if err := s.Put(podEvent("ns1", "a", "fresh", clk.Now(), 3)); err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != 1 { // the write purged the 5000 expired events
+		t.Fatalf("Len %d after a purging write, want 1", s.Len())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, EventsFile)
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2 := open(t, EventsConfig{Dir: dir}, clk)
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Size() < 8<<20 || after.Size() > before.Size()/8 {
+		t.Fatalf("file %d bytes before reopen, %d after; want it compacted", before.Size(), after.Size())
+	}
+	got, err := s2.List("ns1", "a")
+	if err != nil || len(got) != 1 || got[0].Name != "fresh" || got[0].Count != 3 {
+		t.Fatalf("after compaction: %v, %v; want the fresh event", names(got), err)
+	}
+	if err := s2.Put(podEvent("ns1", "b", "b.1", clk.Now(), 1)); err != nil || s2.Len() != 2 {
+		t.Fatalf("write after compaction: %v, Len %d", err, s2.Len())
+	}
+}
