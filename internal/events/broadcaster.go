@@ -62,7 +62,6 @@ type Broadcaster struct {
 	clock clock.Clock
 	log   *slog.Logger
 	corr  *Correlator
-	names *nameSeq
 	queue chan queued
 
 	mu     sync.RWMutex // Record holds it shared while sending; Shutdown exclusively to close
@@ -73,7 +72,7 @@ type Broadcaster struct {
 
 	recorded, dropped, filtered, delivered, sinkErrors atomic.Uint64
 	inBurst                                            atomic.Bool
-	droppedMetric, deliveredMetric                     prometheus.Counter
+	droppedMetric, deliveredMetric, filteredMetric     prometheus.Counter
 
 	started   atomic.Bool
 	startOnce sync.Once
@@ -104,12 +103,13 @@ func NewBroadcaster(cfg Config, clk clock.Clock, log *slog.Logger) (*Broadcaster
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
-	b.names = corr.names // one sequence for recorders and combined events
 	b.sinks.Store(&[]Sink{})
 	b.droppedMetric = newCounter(cfg.Registerer, "minilet_events_dropped_total",
 		"Events lost before reaching any sink (queue full or shutdown).")
 	b.deliveredMetric = newCounter(cfg.Registerer, "minilet_events_delivered_total",
 		"Events handed to the sinks after correlation.")
+	b.filteredMetric = newCounter(cfg.Registerer, "minilet_events_filtered_total",
+		"Events eaten by the spam filter.")
 	return b, nil
 }
 
@@ -161,7 +161,7 @@ func (b *Broadcaster) Record(ev *v1.Event) bool {
 	res := b.corr.Correlate(ev)
 	if res.Skip {
 		b.recorded.Add(1)
-		b.filtered.Add(1)
+		b.filter()
 		return false
 	}
 	return b.enqueue(queued{ev: res.Event, update: res.Update})
@@ -218,6 +218,11 @@ func (b *Broadcaster) warnBurst() {
 	if b.inBurst.CompareAndSwap(false, true) {
 		b.log.Warn("event queue full, dropping events until it drains", "queueSize", cap(b.queue))
 	}
+}
+
+func (b *Broadcaster) filter() {
+	b.filtered.Add(1)
+	b.filteredMetric.Inc()
 }
 
 func (b *Broadcaster) drop(n uint64) {

@@ -364,7 +364,8 @@ func TestNewEventListSortsByLastTimestamp(t *testing.T) {
 // events still reach the sinks, because filtered events never take a queue
 // slot and the spam budget is per reason.
 func TestNoisyReasonDoesNotStarveOthers(t *testing.T) {
-	b, clk := newTestBroadcaster(t, Config{QueueSize: 100})
+	reg := prometheus.NewRegistry()
+	b, clk := newTestBroadcaster(t, Config{QueueSize: 100, Registerer: reg})
 	sink := &memSink{}
 	b.AddSink(sink)
 	rec := b.NewRecorder(v1.EventSource{Component: Component, Host: "n"})
@@ -382,6 +383,9 @@ func TestNoisyReasonDoesNotStarveOthers(t *testing.T) {
 	checkAccounting(t, st)
 	if st.Dropped != 0 || st.Filtered != 5000-25 {
 		t.Fatalf("stats %+v, want nothing dropped and all but 25 BackOffs filtered", st)
+	}
+	if got := counterValue(t, reg, "minilet_events_filtered_total"); got != 5000-25 {
+		t.Fatalf("filtered metric %v", got)
 	}
 	var reasons []string
 	for _, e := range append(sink.created, sink.updated...) {

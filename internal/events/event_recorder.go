@@ -82,7 +82,7 @@ func (r *EventRecorder) generate(obj runtime.Object, annotations map[string]stri
 	d := r.b.corr.decide(gk, ref.FieldPath, message, ts, "")
 	if d.skip {
 		r.b.recorded.Add(1)
-		r.b.filtered.Add(1)
+		r.b.filter()
 		return
 	}
 	if len(r.b.queue) >= cap(r.b.queue) { // full: count the drop without building the event
