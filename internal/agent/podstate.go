@@ -123,3 +123,64 @@ func sortPods(ps []*v1.Pod) {
 		return ps[i].UID < ps[j].UID
 	})
 }
+
+func (s *podState) isLeaving(uid types.UID) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.leaving[uid]
+	return ok
+}
+
+func (s *podState) isRejected(uid types.UID) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.rejected[uid]
+}
+
+// setDesired records the newest spec of a desired pod.
+func (s *podState) setDesired(p *v1.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.desired[p.UID] = p
+}
+
+// fromSource returns the desired pods that came from source.
+func (s *podState) fromSource(source string) []*v1.Pod {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*v1.Pod
+	for _, p := range s.desired {
+		if p.Annotations[sourceAnnotation] == source {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (s *podState) reject(uid types.UID, st v1.PodStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rejected[uid] = true
+	s.statuses[uid] = st
+}
+
+// markLeaving moves a pod from desired to leaving.
+func (s *podState) markLeaving(p *v1.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.desired, p.UID)
+	s.leaving[p.UID] = p
+}
+
+// forget drops every trace of a pod.
+func (s *podState) forget(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.desired, uid)
+	delete(s.leaving, uid)
+	delete(s.rejected, uid)
+	delete(s.statuses, uid)
+}
+
+// sourceAnnotation names the source a pod came from, as the kubelet does.
+const sourceAnnotation = "kubernetes.io/config.source"

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/container"

@@ -283,7 +283,7 @@ spec:
   initContainers:
   - {name: once, image: host, command: ["/bin/sh", "-c", "echo init >> %[1]s.init"]}
   containers:
-  - {name: main, image: host, command: ["/bin/sh", "-c", "echo $$ > %[1]s; exec sleep 1000"]}
+  - {name: main, image: host, command: ["/bin/sh", "-c", "echo $$$$ > %[1]s; exec sleep 1000"]}
 `, pidFile))
 	name := a.Static("keep")
 	var before v1.ContainerStatus

@@ -1,0 +1,90 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/minilet/minilet/internal/podworkers"
+)
+
+var _ podworkers.Syncer = (*Agent)(nil)
+
+// SyncPod makes the runtime match one pod's spec and publishes its status.
+func (a *Agent) SyncPod(ctx context.Context, pod *v1.Pod) (bool, time.Duration, error) {
+	start := a.clock.Now()
+	defer func() { a.metrics.observeSync("sync", a.clock.Since(start)) }()
+
+	rs, err := a.runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		return false, 0, fmt.Errorf("reading runtime status of pod %s: %w", podDesc(pod), err)
+	}
+	st := a.generateStatus(pod, rs, nil)
+	if st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
+		a.pods.setStatus(pod.UID, st)
+		return true, 0, nil
+	}
+	if err := a.cgroups.EnsurePod(pod); err != nil {
+		a.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodContainer", "unable to ensure pod container exists: %v", err)
+		a.pods.setStatus(pod.UID, st)
+		return false, 0, fmt.Errorf("ensuring the cgroup of pod %s: %w", podDesc(pod), err)
+	}
+	if err := a.prober.AddPod(pod); err != nil {
+		a.log.Warn("probes not started", "pod", podDesc(pod), "err", err)
+	}
+
+	res := a.runtime.SyncPod(ctx, pod, rs)
+	if fresh, err := a.runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
+		rs = fresh
+	}
+	st = a.generateStatus(pod, rs, res.Waiting)
+	a.pods.setStatus(pod.UID, st)
+	a.markStarted(pod, st)
+	if st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
+		return true, 0, nil
+	}
+	return false, res.RequeueAfter, res.Err
+}
+
+// SyncTerminatingPod stops every container of the pod.
+func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, gracePeriod *int64) error {
+	a.prober.StopLivenessAndStartup(pod)
+	rs, err := a.runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		return fmt.Errorf("reading runtime status of pod %s: %w", podDesc(pod), err)
+	}
+	if err := a.runtime.KillPod(ctx, pod, rs, gracePeriod); err != nil {
+		return fmt.Errorf("killing pod %s: %w", podDesc(pod), err)
+	}
+	if fresh, err := a.runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
+		rs = fresh
+	}
+	st := a.generateStatus(pod, rs, nil)
+	if st.Phase == v1.PodRunning || st.Phase == v1.PodPending {
+		// Everything is stopped now; a pod that did not finish on its own
+		// failed (a deleted pod is shown by its deletion timestamp).
+		if pod.DeletionTimestamp == nil {
+			st.Phase = v1.PodFailed
+		}
+	}
+	a.pods.setStatus(pod.UID, st)
+	return nil
+}
+
+// SyncTerminatedPod releases what a stopped pod held.
+func (a *Agent) SyncTerminatedPod(ctx context.Context, pod *v1.Pod) error {
+	a.prober.RemovePod(pod)
+	if err := a.cgroups.RemovePod(ctx, pod.UID); err != nil {
+		return fmt.Errorf("removing the cgroup of pod %s: %w", podDesc(pod), err)
+	}
+	return nil
+}
+
+// podTerminated drops what the agent kept for a pod that is gone for good.
+func (a *Agent) podTerminated(uid types.UID) {
+	a.devices.RemovePod(uid)
+	a.startLatency.forget(uid)
+}
