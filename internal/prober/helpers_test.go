@@ -48,9 +48,9 @@ func (hostExecer) ExecSync(ctx context.Context, _ string, cmd []string, timeout 
 type outcome int
 
 const (
-	pass  outcome = iota // a process that exits 0
-	fail                 // a process that prints "probe said no" and exits 1
-	errs                 // the runtime cannot exec at all
+	pass outcome = iota // a process that exits 0
+	fail                // a process that prints "probe said no" and exits 1
+	errs                // the runtime cannot exec at all
 )
 
 // scriptedExecer plays a queue of outcomes with real processes; a probe
@@ -150,7 +150,10 @@ func testLogger(t *testing.T) *slog.Logger {
 
 type tWriter struct{ t *testing.T }
 
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(bytes.TrimRight(p, "\n"))); return len(p), nil }
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 

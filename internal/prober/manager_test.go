@@ -184,7 +184,7 @@ func TestUpdatePodStatusTriggersFirstReadinessProbe(t *testing.T) {
 	}
 	w := h.worker(t, pod, "app", Readiness)
 	h.m.sched.mu.Lock()
-	w.due = h.clk.Now().Add(time.Minute) // as if it had just run
+	h.m.sched.pushLocked(w, h.clk.Now().Add(time.Minute)) // as if it had just run
 	h.m.sched.mu.Unlock()
 	s := running(h.clk.Now(), "app", "cid-1")
 	h.m.UpdatePodStatus(pod, &s)
@@ -248,10 +248,8 @@ func TestRemoveAndCleanup(t *testing.T) {
 	if len(h.m.workers) != 3 || !h.m.LivenessFailed("cid-b") || h.m.LivenessFailed("cid-c") {
 		t.Fatalf("after cleanup only b's probes should be left (workers %d)", len(h.m.workers))
 	}
-	h.m.sched.mu.Lock()
-	defer h.m.sched.mu.Unlock()
-	if len(h.m.sched.heap) != 3 {
-		t.Fatalf("%d workers scheduled, want 3", len(h.m.sched.heap))
+	if n := h.m.sched.scheduled(); n != 3 {
+		t.Fatalf("%d workers scheduled, want 3", n)
 	}
 }
 
@@ -344,7 +342,6 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("%d prober_probe_total series left after RemovePod, want 0", n)
 	}
 }
-
 
 func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	t.Helper()

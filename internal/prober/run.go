@@ -147,4 +147,3 @@ func expand(s string, vars map[string]string) string {
 	}
 	return b.String()
 }
-

@@ -32,7 +32,8 @@ type worker struct {
 
 	// Guarded by scheduler.mu.
 	due       time.Time
-	index     int // in the heap, or -1
+	gen       uint64 // bumped on every (re)schedule and on cancel
+	queued    bool   // waiting in the heap
 	running   bool
 	triggered bool
 	cancelled bool
@@ -48,7 +49,6 @@ func newWorker(key probeKey, pod *v1.Pod, c *v1.Container, init bool, p *v1.Prob
 		init:      init,
 		spec:      spec,
 		period:    seconds(spec.PeriodSeconds),
-		index:     -1,
 	}
 	switch key.kind {
 	case Readiness:

@@ -54,8 +54,8 @@ func TestThresholdsAndHold(t *testing.T) {
 			steps: []step{{[]outcome{fail}, Success}, {[]outcome{errs, errs, errs}, Success}, {[]outcome{fail}, Failure}},
 		},
 		{
-			name: "an error then a success within the retries is a success",
-			kind: Readiness,
+			name:  "an error then a success within the retries is a success",
+			kind:  Readiness,
 			steps: []step{{[]outcome{errs, pass}, Success}},
 		},
 		{
@@ -64,8 +64,8 @@ func TestThresholdsAndHold(t *testing.T) {
 			steps: []step{{[]outcome{fail}, Unknown}, {[]outcome{fail}, Failure}, {nil, Failure}},
 		},
 		{
-			name: "startup rests once the container started",
-			kind: Startup,
+			name:  "startup rests once the container started",
+			kind:  Startup,
 			steps: []step{{[]outcome{pass}, Success}, {nil, Success}, {nil, Success}},
 		},
 	}
