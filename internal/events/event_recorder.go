@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/errdefs"
 )
@@ -21,13 +20,13 @@ import (
 // the kubelet's "kubelet".
 const Component = "minilet"
 
-// EventRecorder turns calls into v1.Events and hands them to its
-// broadcaster without blocking. It implements Recorder and is safe for
+// EventRecorder runs each call through the correlator and, when it is to
+// be written, builds the v1.Event and queues it on its broadcaster, never
+// blocking. It implements Recorder and is safe for
 // concurrent use.
 type EventRecorder struct {
 	b      *Broadcaster
 	source v1.EventSource
-	clock  clock.PassiveClock
 	log    *slog.Logger
 }
 
@@ -36,7 +35,7 @@ var _ Recorder = (*EventRecorder)(nil)
 // NewRecorder returns a recorder whose events carry source (usually
 // {Component: events.Component, Host: nodeName}).
 func (b *Broadcaster) NewRecorder(source v1.EventSource) *EventRecorder {
-	return &EventRecorder{b: b, source: source, clock: b.clock, log: b.log}
+	return &EventRecorder{b: b, source: source, log: b.log}
 }
 
 // Event records an event about obj (a *v1.Pod, *v1.Node, a
