@@ -98,7 +98,6 @@ type Agent struct {
 	nodeMu         sync.Mutex
 	nodeConds      nodeConditions
 	lastGC         time.Time // owned by the sync loop
-	lastOrphanScan time.Time // owned by the sync loop
 }
 
 // criRuntime is the CRI runtime under the runtime manager.

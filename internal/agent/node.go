@@ -87,7 +87,6 @@ func (a *Agent) buildNode() *v1.Node {
 				OSImage:                 osImage,
 				ContainerRuntimeVersion: a.runtimeVersion,
 				KubeletVersion:          Version,
-				KubeProxyVersion:        "",
 				OperatingSystem:         runtime.GOOS,
 				Architecture:            runtime.GOARCH,
 			},
