@@ -118,30 +118,32 @@ func (m *Manager) updateDevices(e *endpoint, devs []*pluginapi.Device) {
 	if m.endpoints[e.resource] != e {
 		return // replaced by a newer registration
 	}
-	old := m.devices[e.resource]
-	next := make(map[string]*device, len(devs))
-	healthy := 0
-	for _, d := range devs {
-		if d == nil || d.GetID() == "" {
-			continue
-		}
-		ok := d.GetHealth() == pluginapi.Healthy
-		if ok {
-			healthy++
-		}
-		next[d.GetID()] = &device{healthy: ok, topology: d.GetTopology()}
-	}
-	m.devices[e.resource] = next
 	if !e.listed {
 		e.listed = true
 		close(m.listed)
 		m.listed = make(chan struct{})
 	}
-	m.log.Debug("devices updated", "resource", e.resource, "total", len(next), "healthy", healthy)
-	if !sameIDs(old, next) {
-		m.sortedIDs[e.resource] = sortedKeys(next)
-		m.saveLocked()
+	old := m.devices[e.resource]
+	m.updates++
+	if sameIDs(old, devs, m.updates) {
+		// Only health or topology changed (the common, frequent case):
+		// update in place, nothing to persist.
+		for _, d := range devs {
+			dv := old[d.GetID()]
+			dv.healthy, dv.topology = d.GetHealth() == pluginapi.Healthy, d.GetTopology()
+		}
+		return
 	}
+	next := make(map[string]*device, len(devs))
+	for _, d := range devs {
+		if d != nil && d.GetID() != "" {
+			next[d.GetID()] = &device{healthy: d.GetHealth() == pluginapi.Healthy, topology: d.GetTopology()}
+		}
+	}
+	m.devices[e.resource] = next
+	m.sortedIDs[e.resource] = sortedKeys(next)
+	m.log.Debug("device list changed", "resource", e.resource, "devices", len(next))
+	m.saveLocked()
 }
 
 // endpointGone marks every device of the resource unhealthy and starts the
@@ -198,14 +200,22 @@ func (m *Manager) callPreferred(ctx context.Context, e *endpoint, available, mus
 	return resp.GetContainerResponses()[0].GetDeviceIDs(), nil
 }
 
-func sameIDs(a, b map[string]*device) bool {
-	if len(a) != len(b) {
+// sameIDs reports whether devs lists exactly the IDs of have, each once
+// (and no nil or empty entries). stamp must differ from every earlier call
+// for the same map; it marks the devices seen without allocating.
+func sameIDs(have map[string]*device, devs []*pluginapi.Device, stamp uint64) bool {
+	if len(have) != len(devs) {
 		return false
 	}
-	for id := range a {
-		if _, ok := b[id]; !ok {
+	for _, d := range devs {
+		if d == nil {
 			return false
 		}
+		dv, ok := have[d.GetID()]
+		if !ok || dv.mark == stamp {
+			return false // unknown, or listed twice
+		}
+		dv.mark = stamp
 	}
 	return true
 }

@@ -100,6 +100,7 @@ type Manager struct {
 	allocated map[string]sets.Set[string]   // resource → IDs held by pods
 	podDevs   podDevices                    // who holds what, with the plugin's answers
 	listed    chan struct{}                 // closed and replaced when a plugin sends its devices
+	updates   uint64                        // ListAndWatch messages applied
 
 	ckpt *checkpointer
 
@@ -117,6 +118,7 @@ type Manager struct {
 type device struct {
 	healthy  bool
 	topology *pluginapi.TopologyInfo
+	mark     uint64 // last ListAndWatch update that listed it (see sameIDs)
 }
 
 // New validates cfg and returns a Manager that has not started yet. pods
