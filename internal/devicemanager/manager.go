@@ -104,14 +104,13 @@ type Manager struct {
 
 	ckpt *checkpointer
 
-	runCtx  context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // endpoint goroutines
-	reg     *regServer
-	podRes  *podResourcesServer
-	started bool
-	once    sync.Once
-	done    chan struct{}
+	runCtx context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // endpoint goroutines
+	reg    *regServer
+	podRes *podResourcesServer
+	once   sync.Once
+	done   chan struct{}
 }
 
 // device is one advertised device; guarded by Manager.mu.
@@ -203,9 +202,6 @@ func (m *Manager) Start(ctx context.Context) error {
 		}
 		m.podRes = pr
 	}
-	m.mu.Lock()
-	m.started = true
-	m.mu.Unlock()
 	m.log.Info("device manager started", "dir", m.cfg.PluginDir)
 	return nil
 }
@@ -217,14 +213,10 @@ func (m *Manager) Stop() {
 	m.once.Do(func() {
 		defer close(m.done)
 		m.mu.Lock()
-		m.stopped = true
-		eps := make([]*endpoint, 0, len(m.endpoints))
-		for _, e := range m.endpoints {
-			eps = append(eps, e)
-		}
+		m.stopped = true // no new endpoints from here on
 		m.mu.Unlock()
 		if m.cancel != nil {
-			m.cancel()
+			m.cancel() // ends the endpoint streams and the writer
 		}
 		if m.reg != nil {
 			m.reg.stop()
@@ -232,10 +224,16 @@ func (m *Manager) Stop() {
 		if m.podRes != nil {
 			m.podRes.stop()
 		}
-		for _, e := range eps {
-			e.stop()
-		}
 		m.wg.Wait()
+		m.mu.Lock()
+		eps := make([]*endpoint, 0, len(m.endpoints))
+		for _, e := range m.endpoints {
+			eps = append(eps, e)
+		}
+		m.mu.Unlock()
+		for _, e := range eps {
+			e.stop() // closes the connection
+		}
 		if m.cancel != nil {
 			m.ckpt.stopped() // the writer flushes what is pending first
 		}
