@@ -52,7 +52,7 @@ func (m *Manager) runProbe(ctx context.Context, w *worker, status *v1.PodStatus)
 		m.metrics.observe(w, Success, elapsed)
 		return Success, nil
 	default:
-		m.log.Info("probe failed", "pod", podRef(w.pod), "container", w.container.Name, "probe", w.kind, "output", output)
+		m.log.Debug("probe failed", "pod", podRef(w.pod), "container", w.container.Name, "probe", w.kind, "output", output)
 		m.cfg.Recorder.Eventf(w.pod, v1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", w.kind, output)
 		m.metrics.observe(w, Failure, elapsed)
 		return Failure, nil

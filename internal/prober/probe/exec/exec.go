@@ -37,7 +37,8 @@ func Probe(ctx context.Context, e Execer, containerID string, cmd []string, time
 	ctx, cancel := context.WithTimeout(ctx, timeout+timeoutGrace)
 	defer cancel()
 	stdout, stderr, code, err := e.ExecSync(ctx, containerID, cmd, timeout)
-	out := append(probe.Truncate(stdout), stderr...)
+	out := make([]byte, 0, len(stdout)+len(stderr))
+	out = append(append(out, probe.Truncate(stdout)...), probe.Truncate(stderr)...)
 	output := string(probe.Truncate(out))
 	if err != nil {
 		if errors.Is(err, ErrTimedOut) || errors.Is(err, context.DeadlineExceeded) {
