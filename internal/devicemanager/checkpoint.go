@@ -129,6 +129,18 @@ func (c *checkpointer) read() (checkpointData, error) {
 	return data, nil
 }
 
+// CheckpointWarning is non-empty when Start found a corrupt checkpoint and
+// started without it; the agent shows it as a Warning event on the node
+// (reason ReasonCheckpointCorrupt).
+func (m *Manager) CheckpointWarning() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ckptWarning
+}
+
+// ReasonCheckpointCorrupt is the event reason for CheckpointWarning.
+const ReasonCheckpointCorrupt = "DeviceCheckpointCorrupt"
+
 // restoreCheckpoint loads allocations and the known resources. Every
 // known resource starts with no devices and a stopped endpoint, so its
 // capacity is zero until the plugin registers again and it disappears
@@ -141,6 +153,9 @@ func (m *Manager) restoreCheckpoint() {
 		return
 	case errors.Is(err, errCorrupt):
 		aside := fmt.Sprintf("%s.corrupt-%d", m.ckpt.path, m.clock.Now().UnixNano())
+		m.mu.Lock()
+		m.ckptWarning = fmt.Sprintf("device checkpoint %s was corrupt (%v); moved to %s, device allocations start empty", m.ckpt.path, err, aside)
+		m.mu.Unlock()
 		if rerr := os.Rename(m.ckpt.path, aside); rerr != nil {
 			m.log.Warn("device checkpoint is corrupt and could not be moved aside; starting empty",
 				"path", m.ckpt.path, "err", err, "renameErr", rerr)

@@ -132,6 +132,12 @@ func TestCorruptCheckpointStartsEmpty(t *testing.T) {
 			if len(aside) != 1 {
 				t.Fatalf("corrupt checkpoint not moved aside: %v", aside)
 			}
+			if w := env2.m.CheckpointWarning(); !strings.Contains(w, aside[0]) {
+				t.Fatalf("CheckpointWarning() = %q, want it to name %s", w, aside[0])
+			}
+			if w := env.m.CheckpointWarning(); w != "" {
+				t.Fatalf("a clean start warned: %q", w)
+			}
 		})
 	}
 }

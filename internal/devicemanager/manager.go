@@ -92,15 +92,16 @@ type Manager struct {
 	// plugin's Allocate call is in flight.
 	allocMu sync.Mutex
 
-	mu        sync.Mutex
-	stopped   bool
-	endpoints map[string]*endpoint          // resource → current endpoint
-	devices   map[string]map[string]*device // resource → device ID → device
-	sortedIDs map[string][]string           // resource → its device IDs, sorted; replaced, never modified
-	allocated map[string]sets.Set[string]   // resource → IDs held by pods
-	podDevs   podDevices                    // who holds what, with the plugin's answers
-	listed    chan struct{}                 // closed and replaced when a plugin sends its devices
-	updates   uint64                        // ListAndWatch messages applied
+	mu          sync.Mutex
+	stopped     bool
+	endpoints   map[string]*endpoint          // resource → current endpoint
+	devices     map[string]map[string]*device // resource → device ID → device
+	sortedIDs   map[string][]string           // resource → its device IDs, sorted; replaced, never modified
+	allocated   map[string]sets.Set[string]   // resource → IDs held by pods
+	podDevs     podDevices                    // who holds what, with the plugin's answers
+	listed      chan struct{}                 // closed and replaced when a plugin sends its devices
+	updates     uint64                        // ListAndWatch messages applied
+	ckptWarning string                        // set when a corrupt checkpoint was moved aside
 
 	ckpt *checkpointer
 
