@@ -360,3 +360,58 @@ func (a *Agent) CLI(args ...string) (string, error) {
 	out, err := exec.Command(Binary(a.t), args...).CombinedOutput()
 	return string(out), err
 }
+
+var (
+	pluginOnce sync.Once
+	pluginPath string
+	pluginErr  error
+)
+
+// PluginBinary builds ./cmd/example-device-plugin once and returns its path.
+func PluginBinary(t testing.TB) string {
+	t.Helper()
+	pluginOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "minilet-plugin")
+		if err != nil {
+			pluginErr = err
+			return
+		}
+		pluginPath = filepath.Join(dir, "example-device-plugin")
+		cmd := exec.Command("go", "build", "-o", pluginPath, "./cmd/example-device-plugin")
+		cmd.Dir = repoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			pluginErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if pluginErr != nil {
+		t.Fatal(pluginErr)
+	}
+	return pluginPath
+}
+
+// StartPlugin runs the example device plugin against the agent's plugin
+// dir, advertising the given device IDs for resource; it is stopped at
+// cleanup.
+func (a *Agent) StartPlugin(resource string, ids ...string) {
+	a.t.Helper()
+	cmd := exec.Command(PluginBinary(a.t), "--resource", resource, "--devices", strings.Join(ids, ","), "--plugin-dir", a.PluginDir)
+	cmd.Stdout, cmd.Stderr = &lockedWriter{a: a}, &lockedWriter{a: a}
+	if err := cmd.Start(); err != nil {
+		a.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	a.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+}
+
+// Node returns the agent's node object.
+func (a *Agent) Node() v1.Node {
+	var n v1.Node
+	if err := a.Get("/node", &n); err != nil {
+		a.t.Logf("GET /node: %v", err)
+	}
+	return n
+}
