@@ -320,3 +320,22 @@ func TestContainerHealthAndDevices(t *testing.T) {
 		t.Fatalf("Devices() = %+v, want %+v", devs, want)
 	}
 }
+
+func TestSidecarDevicesAreNotReused(t *testing.T) {
+	env := startManager(t, shortDir(t), Config{}, nil)
+	startPlugin(t, env, "p.sock", "d0", "d1", "d2")
+	pod := podWith("uid1", ctr{"init-a", 1}, ctr{"init-sidecar", 1}, ctr{"c", 1})
+	always := v1.ContainerRestartPolicyAlways
+	pod.Spec.InitContainers[1].RestartPolicy = &always
+	if err := env.m.Allocate(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	// The sidecar may take the finished init container's device, but it
+	// keeps running, so the app container needs another one.
+	want := map[string][]string{"init-a": {"d0"}, "init-sidecar": {"d0"}, "c": {"d1"}}
+	for c, ids := range want {
+		if got := held(env.m, "uid1", c); !reflect.DeepEqual(got, ids) {
+			t.Errorf("%s holds %v, want %v", c, got, ids)
+		}
+	}
+}
