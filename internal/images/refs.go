@@ -1,0 +1,74 @@
+package images
+
+import "strings"
+
+// Normalize turns an image reference into the one spelling the runtime
+// and the pod spec agree on, the way Docker names are completed:
+// "busybox" is "docker.io/library/busybox:latest", "localhost:5000/app"
+// is "localhost:5000/app:latest", a digest drops any tag, and image IDs
+// ("sha256:...") stay as they are. It does not validate; see
+// kuberuntime for InvalidImageName.
+func Normalize(ref string) string {
+	if ref == "" || strings.HasPrefix(ref, "sha256:") {
+		return ref
+	}
+	name, digest, hasDigest := strings.Cut(ref, "@")
+	domain, rest := "", name
+	if i := strings.IndexByte(name, '/'); i >= 0 {
+		if first := name[:i]; strings.ContainsAny(first, ".:") || first == "localhost" {
+			domain, rest = first, name[i+1:]
+		}
+	}
+	if domain == "" || domain == "index.docker.io" {
+		domain = "docker.io"
+	}
+	if domain == "docker.io" && !strings.Contains(rest, "/") {
+		rest = "library/" + rest
+	}
+	if hasDigest {
+		if i := strings.LastIndexByte(rest, ':'); i >= 0 {
+			rest = rest[:i]
+		}
+		return domain + "/" + rest + "@" + digest
+	}
+	if !strings.Contains(rest, ":") {
+		rest += ":latest"
+	}
+	return domain + "/" + rest
+}
+
+// refSet is a set of normalized references.
+type refSet map[string]struct{}
+
+func (s refSet) add(ref string) {
+	if ref != "" {
+		s[Normalize(ref)] = struct{}{}
+	}
+}
+
+func (s refSet) has(ref string) bool {
+	_, ok := s[Normalize(ref)]
+	return ok
+}
+
+// matchesImage reports whether any name of the image (ID, tags,
+// digests) is in the set.
+func (s refSet) matchesImage(id string, tags, digests []string) bool {
+	if len(s) == 0 {
+		return false
+	}
+	if s.has(id) {
+		return true
+	}
+	for _, t := range tags {
+		if s.has(t) {
+			return true
+		}
+	}
+	for _, d := range digests {
+		if s.has(d) {
+			return true
+		}
+	}
+	return false
+}
