@@ -1,4 +1,6 @@
-// Package bench holds minilet's side-by-side benchmarks against the
-// upstream components it replaces. It has no code of its own; run
-// `go test -run '^$' -bench . ./bench/`.
+// Package bench holds minilet's benchmarks: side-by-side runs against the
+// upstream components it replaces, and whole-agent runs of the real
+// minilet binary (pod start-up, node overhead, crash-loop restart timing;
+// these need root and skip otherwise). It has no code of its own; run
+// `go test -run '^$' -bench . -benchtime 1x ./bench/`.
 package bench
