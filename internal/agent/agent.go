@@ -175,7 +175,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		NodeAllocatable:  a.cm.Allocatable(),
 		PodCgroups:       a.cm,
 		ContainerOptions: a.devmgr,
-		ProbeResults:     a.probeMgr,
+		ProbeResults:     probeResults{m: a.probeMgr, prefix: runtimeName(cfg) + "://"},
 	})
 	a.runtime = rm
 	a.statusGen = status.Generator{RuntimeName: runtimeName(cfg), HostIP: a.nodeIP, Probes: a.probeMgr}

@@ -19,6 +19,7 @@ import (
 	"github.com/minilet/minilet/internal/devicemanager"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/metrics"
+	"github.com/minilet/minilet/internal/prober"
 	"github.com/minilet/minilet/internal/prober/probe/exec"
 	"github.com/minilet/minilet/internal/server"
 	"github.com/minilet/minilet/internal/status"
@@ -162,7 +163,7 @@ type execer struct{ a *Agent }
 var _ exec.Execer = execer{}
 
 func (e execer) ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, []byte, int32, error) {
-	stdout, stderr, err := e.a.cri.ExecSync(ctx, containerID, cmd, timeout)
+	stdout, stderr, err := e.a.cri.ExecSync(ctx, trimRuntimePrefix(containerID), cmd, timeout)
 	var exitErr utilexec.ExitError
 	if errors.As(err, &exitErr) {
 		return stdout, stderr, int32(exitErr.ExitStatus()), nil
@@ -290,4 +291,12 @@ func trimRuntimePrefix(id string) string {
 	return id
 }
 
-var _ = trimRuntimePrefix
+// probeResults lets the runtime manager, which knows bare container IDs,
+// ask the prober, which knows the IDs of the pod status ("minilet://ID").
+type probeResults struct {
+	m      *prober.Manager
+	prefix string
+}
+
+func (p probeResults) LivenessFailed(id string) bool { return p.m.LivenessFailed(p.prefix + id) }
+func (p probeResults) StartupFailed(id string) bool  { return p.m.StartupFailed(p.prefix + id) }

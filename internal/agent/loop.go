@@ -159,6 +159,7 @@ func (a *Agent) housekeeping(ctx context.Context) {
 		return // a pod not yet read from its source is not an orphan
 	}
 	a.killOrphans(ctx)
+	a.devmgr.UpdateAllocatedDevices(a.pods.active())
 	a.periodic(ctx)
 }
 

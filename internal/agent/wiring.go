@@ -92,8 +92,7 @@ func (a *Agent) startDevices(ctx context.Context, log *slog.Logger) error {
 type deviceResources struct{ m *devicemanager.Manager }
 
 func (d deviceResources) Allocatable() v1.ResourceList {
-	_, alloc, _ := d.m.Capacity()
-	return alloc
+	return d.m.Allocatable()
 }
 
 // startCgroups creates the kubepods hierarchy under --cgroup-root.
