@@ -31,12 +31,25 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	}
 	name := config.GetMetadata().GetName()
 	image := config.GetImage().GetImage()
-	if !isHostImage(image) {
-		return "", errNotFound("CreateContainer %q in pod %s/%s: image %q is not present (the embedded runtime runs only the %q image so far)", name, sb.Namespace, sb.Name, image, hostImage)
-	}
-	args := append(append([]string{}, config.GetCommand()...), config.GetArgs()...)
-	if len(args) == 0 {
-		return "", errInvalid("CreateContainer %q in pod %s/%s: field command is required (the host image has no default command)", name, sb.Namespace, sb.Name)
+	var args, env []string
+	var workDir, imageID string
+	var rf *rootfsRecord
+	if isHostImage(image) {
+		args = append(append([]string{}, config.GetCommand()...), config.GetArgs()...)
+		if len(args) == 0 {
+			return "", errInvalid("CreateContainer %q in pod %s/%s: field command is required (the host image has no default command)", name, sb.Namespace, sb.Name)
+		}
+		image, env, workDir = hostImage, containerEnv(config.GetEnvs()), config.GetWorkingDir()
+	} else {
+		img, ok := r.images.get(image)
+		if !ok {
+			return "", errNotFound("CreateContainer %q in pod %s/%s: image %q is not present", name, sb.Namespace, sb.Name, image)
+		}
+		args, env, workDir, rf, err = r.imageContainer(&img, config)
+		if err != nil {
+			return "", errInvalid("CreateContainer %q in pod %s/%s: %v", name, sb.Namespace, sb.Name, err)
+		}
+		imageID = img.ID
 	}
 	if !sb.Ready {
 		return "", errConflict("CreateContainer %q: pod sandbox %s is not ready", name, podSandboxID)
@@ -48,9 +61,9 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	}
 	rec := containerRecord{
 		ID: id, SandboxID: podSandboxID, Name: name, Attempt: config.GetMetadata().GetAttempt(),
-		Image: hostImage, Labels: copyMap(config.GetLabels()), Annotations: copyMap(config.GetAnnotations()),
-		LogPath: config.GetLogPath(), Args: args, Env: containerEnv(config.GetEnvs()),
-		WorkingDir: config.GetWorkingDir(), Resources: fromCRIResources(config.GetLinux().GetResources()),
+		Image: image, ImageID: imageID, Rootfs: rf, Labels: copyMap(config.GetLabels()), Annotations: copyMap(config.GetAnnotations()),
+		LogPath: config.GetLogPath(), Args: args, Env: env,
+		WorkingDir: workDir, Resources: fromCRIResources(config.GetLinux().GetResources()),
 		CgroupPath: path.Join("/", parent, id), CreatedAt: r.clock.Now().UnixNano(),
 	}
 	if rec.WorkingDir == "" {
@@ -59,12 +72,27 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	if sb.LogDirectory != "" && rec.LogPath != "" {
 		rec.LogFile = filepath.Join(sb.LogDirectory, rec.LogPath)
 	}
-	if len(config.GetMounts()) > 0 || len(config.GetDevices()) > 0 {
+	if rf == nil && (len(config.GetMounts()) > 0 || len(config.GetDevices()) > 0) {
 		r.log.Debug("host-image container: mounts and devices are the host's own, not applied", "container", id, "name", name)
 	}
 	dir := filepath.Join(r.containersDir(), id)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("CreateContainer %q: %w", name, err)
+	}
+	if rf != nil {
+		// Registered first so that RemoveImage keeps the layers meanwhile.
+		r.mu.Lock()
+		r.preparing[id] = rf.Layers
+		r.mu.Unlock()
+		err := r.prepareRootfs(dir, rf)
+		r.mu.Lock()
+		delete(r.preparing, id)
+		r.mu.Unlock()
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return "", fmt.Errorf("CreateContainer %q: writable layer: %w", name, err)
+		}
+		rec.Rootfs = rf
 	}
 	if err := writeJSONAtomic(filepath.Join(dir, fileContainer), rec); err != nil {
 		_ = os.RemoveAll(dir)
@@ -75,6 +103,15 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	r.mu.Unlock()
 	r.log.Info("container created", "container", id, "name", name, "sandbox", podSandboxID)
 	return id, nil
+}
+
+// imageRef is the image ID containers report: the config digest, or
+// "host".
+func (rec *containerRecord) imageRef() string {
+	if rec.ImageID != "" {
+		return rec.ImageID
+	}
+	return rec.Image
 }
 
 // containerEnv turns CRI env vars into KEY=VALUE, adding the PATH and HOME an
@@ -179,7 +216,7 @@ func (r *Runtime) ListContainers(ctx context.Context, filter *runtimeapi.Contain
 		out = append(out, &runtimeapi.Container{
 			Id: c.rec.ID, PodSandboxId: c.rec.SandboxID,
 			Metadata: &runtimeapi.ContainerMetadata{Name: c.rec.Name, Attempt: c.rec.Attempt},
-			Image:    &runtimeapi.ImageSpec{Image: c.rec.Image}, ImageRef: c.rec.Image, ImageId: c.rec.Image,
+			Image:    &runtimeapi.ImageSpec{Image: c.rec.Image}, ImageRef: c.rec.imageRef(), ImageId: c.rec.imageRef(),
 			State: st, CreatedAt: c.rec.CreatedAt,
 			Labels: copyMap(c.rec.Labels), Annotations: copyMap(c.rec.Annotations),
 		})
@@ -201,7 +238,7 @@ func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbo
 		Id:       c.rec.ID,
 		Metadata: &runtimeapi.ContainerMetadata{Name: c.rec.Name, Attempt: c.rec.Attempt},
 		State:    c.state(), CreatedAt: c.rec.CreatedAt,
-		Image: &runtimeapi.ImageSpec{Image: c.rec.Image}, ImageRef: c.rec.Image, ImageId: c.rec.Image,
+		Image: &runtimeapi.ImageSpec{Image: c.rec.Image}, ImageRef: c.rec.imageRef(), ImageId: c.rec.imageRef(),
 		Labels: copyMap(c.rec.Labels), Annotations: copyMap(c.rec.Annotations),
 		LogPath: c.rec.LogFile, Resources: toCRIResources(c.rec.Resources),
 	}
@@ -278,6 +315,12 @@ func (r *Runtime) RemoveContainer(ctx context.Context, containerID string) error
 	r.mu.Lock()
 	delete(r.containers, containerID)
 	r.mu.Unlock()
+	if c.rec.Rootfs != nil {
+		// Layers of an image removed while this container used them.
+		if err := r.images.pruneLayers(r.layersInUse()); err != nil {
+			r.log.Warn("cannot prune unused image layers", "err", err)
+		}
+	}
 	r.log.Info("container removed", "container", containerID, "name", c.rec.Name)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +40,10 @@ func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string
 	}
 	running := c.state() == runtimeapi.ContainerState_CONTAINER_RUNNING
 	rec := c.rec
+	var pid int
+	if c.start != nil {
+		pid = c.start.Pid
+	}
 	r.mu.Unlock()
 	if !running {
 		return nil, nil, errConflict("exec in container %s: container is not running", containerID)
@@ -69,6 +74,11 @@ func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string
 		ExtraFiles:  []*os.File{reportW},
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 		WaitDelay:   time.Second,
+	}
+	if rec.Rootfs != nil {
+		// The trampoline enters the container's namespaces and root.
+		proc.Dir = ""
+		proc.Env = append(proc.Env, trampolinePidEnv+"="+strconv.Itoa(pid), trampolineDirEnv+"="+rec.WorkingDir)
 	}
 	err = proc.Start()
 	_ = reportW.Close()

@@ -96,6 +96,9 @@ func (r *Runtime) launch(dir string, rec *containerRecord) (bool, error) {
 		Args: rec.Args, Env: rec.Env, WorkingDir: rec.WorkingDir, LogPath: rec.LogFile,
 		CgroupDirs: r.cg.containerDirs(rec.CgroupPath), MemoryDir: r.cg.dir("memory", rec.CgroupPath), CgroupV2: r.cg.v2,
 	}
+	if rec.Rootfs != nil {
+		spec.Rootfs = r.rootfsSpecFor(dir, rec.Rootfs)
+	}
 	if rec.Resources != nil && rec.Resources.OOMScoreAdj != nil {
 		spec.OOMScoreAdj = rec.Resources.OOMScoreAdj
 		if *spec.OOMScoreAdj < 0 {

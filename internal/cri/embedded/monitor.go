@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -43,6 +44,9 @@ type monitorSpec struct {
 	MemoryDir   string      `json:"memoryDir"` // memory cgroup dir, for OOM detection
 	CgroupV2    bool        `json:"cgroupV2"`
 	OOMScoreAdj *int64      `json:"oomScoreAdj,omitempty"`
+	// Rootfs, when set, runs the container from an image: through the
+	// container init, in its own namespaces and root filesystem.
+	Rootfs *rootfsSpec `json:"rootfs,omitempty"`
 }
 
 // startRecord is the monitor's report that the container process runs (or
@@ -89,6 +93,9 @@ func MaybeRunMonitor() {
 	if os.Getenv(trampolineEnv) != "" && os.Args[0] == trampolineArg0 {
 		os.Exit(runTrampoline())
 	}
+	if os.Getenv(initEnv) != "" && os.Args[0] == initArg0 {
+		os.Exit(runInit())
+	}
 }
 
 // argv[0] of the re-executed agent binary in its two helper roles.
@@ -121,7 +128,7 @@ func runMonitor(dir string) int {
 	}
 	oomBefore := oomCounter(spec.MemoryDir, spec.CgroupV2)
 
-	cmd, stdout, stderr, err := startInCgroup(&spec)
+	cmd, stdout, stderr, err := startInCgroup(dir, &spec)
 	if err != nil {
 		return failStart(dir, notify, err)
 	}
@@ -211,12 +218,18 @@ func runMonitor(dir string) int {
 // joins the container cgroup, forks (the child inherits the cgroup before it
 // execs anything), and moves itself back to where it came from so that its
 // own memory is not charged to the container.
-func startInCgroup(spec *monitorSpec) (*exec.Cmd, *os.File, *os.File, error) {
+func startInCgroup(dir string, spec *monitorSpec) (*exec.Cmd, *os.File, *os.File, error) {
 	if len(spec.Args) == 0 {
 		return nil, nil, nil, fmt.Errorf("no command")
 	}
-	path, err := lookPath(spec.Args[0], spec.Env)
-	if err != nil {
+	var path string
+	var initReport, initNotify *os.File
+	var err error
+	if spec.Rootfs == nil {
+		if path, err = lookPath(spec.Args[0], spec.Env); err != nil {
+			return nil, nil, nil, err
+		}
+	} else if initReport, initNotify, err = os.Pipe(); err != nil {
 		return nil, nil, nil, err
 	}
 	outR, outW, err := os.Pipe()
@@ -237,6 +250,13 @@ func startInCgroup(spec *monitorSpec) (*exec.Cmd, *os.File, *os.File, error) {
 		Stdin: devnull, Stdout: outW, Stderr: errW,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
+	if spec.Rootfs != nil {
+		defer func() { _ = initReport.Close() }()
+		cmd.Path, cmd.Args, cmd.Dir = "/proc/self/exe", []string{initArg0}, ""
+		cmd.Env = []string{initEnv + "=" + filepath.Join(dir, fileSpec)}
+		cmd.ExtraFiles = []*os.File{initNotify}
+		cmd.SysProcAttr.Cloneflags = initFlags
+	}
 	home := ownCgroups(spec.CgroupDirs)
 	for _, h := range spec.CgroupDirs {
 		if err := os.WriteFile(filepath.Join(h.Dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
@@ -248,6 +268,16 @@ func startInCgroup(spec *monitorSpec) (*exec.Cmd, *os.File, *os.File, error) {
 	returnHome(home)
 	_ = outW.Close()
 	_ = errW.Close()
+	if initNotify != nil {
+		_ = initNotify.Close()
+	}
+	if err == nil && initReport != nil {
+		// The init reports a setup failure, or closes the pipe by exec.
+		if msg, _ := io.ReadAll(initReport); len(msg) > 0 {
+			_ = cmd.Wait()
+			err = errors.New(string(msg))
+		}
+	}
 	if err != nil {
 		_ = outR.Close()
 		_ = errR.Close()
@@ -473,11 +503,14 @@ func runTrampoline() int {
 	}
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, trampolineEnv+"=") {
+		if !strings.HasPrefix(kv, trampolineEnv) {
 			env = append(env, kv)
 		}
 	}
 	argv := args[sep+1:]
+	if pid := os.Getenv(trampolinePidEnv); pid != "" {
+		return execInContainer(pid, os.Getenv(trampolineDirEnv), argv, env, fail)
+	}
 	path, err := lookPath(argv[0], env)
 	if err != nil {
 		return fail(err)

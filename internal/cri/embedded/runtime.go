@@ -36,6 +36,15 @@ type Config struct {
 	// CgroupMount is where the cgroup hierarchies are mounted. Default:
 	// /sys/fs/cgroup.
 	CgroupMount string
+	// ImageDir holds the image store. Default: RootDir/runtime/images.
+	ImageDir string
+	// PinnedImages are image references (tags, digests or IDs) reported
+	// Pinned, which image GC never removes. "host" is always pinned.
+	PinnedImages []string
+	// DockerConfigFiles are docker config.json files whose "auths" give
+	// registry credentials when a pull request carries none. Default:
+	// RootDir/config.json.
+	DockerConfigFiles []string
 }
 
 // defaultCgroupParent is used for containers whose sandbox has no cgroup
@@ -54,10 +63,17 @@ type Runtime struct {
 	stateDir string
 	cg       *cgroupDriver
 	nodeIP   string
+	images   *imageStore
+	keychain dockerConfigKeychain
+	pinned   []string
+
+	overlayOnce sync.Once
+	overlayOK   bool
 
 	mu         sync.Mutex
 	sandboxes  map[string]*sandboxRecord
 	containers map[string]*container
+	preparing  map[string][]string // layers of containers being created
 
 	changes chan struct{}
 	kick    chan struct{}
@@ -104,7 +120,9 @@ type containerRecord struct {
 	SandboxID   string            `json:"sandboxId"`
 	Name        string            `json:"name"`
 	Attempt     uint32            `json:"attempt"`
-	Image       string            `json:"image"`
+	Image       string            `json:"image"`             // as requested
+	ImageID     string            `json:"imageId,omitempty"` // empty for the host image
+	Rootfs      *rootfsRecord     `json:"rootfs,omitempty"`  // nil for the host image
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
 	LogPath     string            `json:"logPath,omitempty"` // as given (relative to the sandbox log dir)
@@ -142,6 +160,12 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.CgroupMount == "" {
 		cfg.CgroupMount = "/sys/fs/cgroup"
 	}
+	if cfg.ImageDir == "" {
+		cfg.ImageDir = filepath.Join(cfg.RootDir, "runtime", "images")
+	}
+	if cfg.DockerConfigFiles == nil {
+		cfg.DockerConfigFiles = []string{filepath.Join(cfg.RootDir, "config.json")}
+	}
 	cg, err := detectCgroups(cfg.CgroupMount)
 	if err != nil {
 		return nil, errUnavailable("embedded runtime config: field CgroupMount %q: %v", cfg.CgroupMount, err)
@@ -154,8 +178,11 @@ func New(cfg Config) (*Runtime, error) {
 		nodeIP:     nodeIP(),
 		sandboxes:  map[string]*sandboxRecord{},
 		containers: map[string]*container{},
+		preparing:  map[string][]string{},
 		changes:    make(chan struct{}, 1),
 		kick:       make(chan struct{}, 1),
+		keychain:   dockerConfigKeychain{files: cfg.DockerConfigFiles},
+		pinned:     normalizePinned(cfg.PinnedImages),
 	}
 	for _, d := range []string{r.sandboxDir(), r.containersDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -164,6 +191,13 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	if err := r.load(); err != nil {
 		return nil, err
+	}
+	if r.images, err = openImageStore(r.log, cfg.ImageDir); err != nil {
+		return nil, err
+	}
+	// Layers only removed containers stood on (a crash between the two).
+	if err := r.images.pruneLayers(r.layersInUse()); err != nil {
+		r.log.Warn("cannot prune unused image layers", "err", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"context"
-	"syscall"
 
 	criapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -47,58 +46,6 @@ func (r *Runtime) RuntimeConfig(ctx context.Context) (*runtimeapi.RuntimeConfigR
 	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{
 		CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS,
 	}}, nil
-}
-
-// ImageFsInfo reports the usage of the filesystem holding the runtime state.
-func (r *Runtime) ImageFsInfo(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(r.stateDir, &st); err != nil {
-		return nil, errUnavailable("image filesystem info: %v", err)
-	}
-	usage := &runtimeapi.FilesystemUsage{
-		Timestamp:  r.clock.Now().UnixNano(),
-		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: r.stateDir},
-		UsedBytes:  &runtimeapi.UInt64Value{Value: (st.Blocks - st.Bfree) * uint64(st.Bsize)},
-		InodesUsed: &runtimeapi.UInt64Value{Value: st.Files - st.Ffree},
-	}
-	return &runtimeapi.ImageFsInfoResponse{ImageFilesystems: []*runtimeapi.FilesystemUsage{usage}}, nil
-}
-
-// ListImages lists the images: only "host" so far.
-func (r *Runtime) ListImages(ctx context.Context, filter *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error) {
-	if ref := filter.GetImage().GetImage(); ref != "" && ref != hostImage {
-		return nil, nil
-	}
-	return []*runtimeapi.Image{hostImageInfo()}, nil
-}
-
-// ImageStatus reports an image; a missing image is a nil Image, not an error
-// (CRI).
-func (r *Runtime) ImageStatus(ctx context.Context, image *runtimeapi.ImageSpec, verbose bool) (*runtimeapi.ImageStatusResponse, error) {
-	if isHostImage(image.GetImage()) {
-		return &runtimeapi.ImageStatusResponse{Image: hostImageInfo()}, nil
-	}
-	return &runtimeapi.ImageStatusResponse{}, nil
-}
-
-// PullImage "pulls" the host image; other images are not available yet.
-func (r *Runtime) PullImage(ctx context.Context, image *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, podSandboxConfig *runtimeapi.PodSandboxConfig) (string, error) {
-	if isHostImage(image.GetImage()) {
-		return hostImage, nil
-	}
-	return "", errNotFound("pull image %q: the embedded runtime has no image store yet", image.GetImage())
-}
-
-// RemoveImage refuses to remove the host image and ignores unknown ones.
-func (r *Runtime) RemoveImage(ctx context.Context, image *runtimeapi.ImageSpec) error {
-	if isHostImage(image.GetImage()) {
-		return errInvalid("remove image: field image %q is the host filesystem and cannot be removed", hostImage)
-	}
-	return nil
-}
-
-func hostImageInfo() *runtimeapi.Image {
-	return &runtimeapi.Image{Id: hostImage, RepoTags: []string{hostImage}, Size: 1, Pinned: true} // CRI wants size > 0; the host filesystem is not ours to count
 }
 
 // Exec is not implemented (no streaming server).

@@ -1,0 +1,473 @@
+package embedded
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Two layers exercising whiteouts, opaque dirs, links and metadata.
+func unpackTestLayers(tb testing.TB) (base, top []byte) {
+	base = layerTar(tb,
+		dir("etc/", 0o755),
+		file("etc/keep", "keep\n", 0o644),
+		file("etc/gone", "gone\n", 0o644),
+		dir("opq/", 0o755),
+		file("opq/old", "old\n", 0o644),
+		tarEntry{name: "bin/suid", typ: tar.TypeReg, body: "x", mode: 0o4755, uid: 1000, gid: 1001},
+		file("data/a", "shared\n", 0o600),
+		hardlink("data/b", "data/a"),
+		symlink("etc/link", "keep"),
+		symlink("abs", "/etc/keep"),
+	)
+	top = layerTar(tb,
+		file("etc/.wh.gone", "", 0o644),
+		file("opq/.wh..wh..opq", "", 0o644),
+		file("opq/new", "new\n", 0o640),
+		file("etc/keep", "replaced\n", 0o644),
+	)
+	return base, top
+}
+
+// checkMerged asserts the merged view of unpackTestLayers at root.
+func checkMerged(t *testing.T, root string) {
+	t.Helper()
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join(root, p))
+		if err != nil {
+			return "<" + err.Error() + ">"
+		}
+		return string(b)
+	}
+	if got := read("etc/keep"); got != "replaced\n" {
+		t.Errorf("etc/keep = %q, want the upper layer's", got)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "etc/gone")); !os.IsNotExist(err) {
+		t.Errorf("etc/gone: whiteout did not delete it (err %v)", err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "opq/old")); !os.IsNotExist(err) {
+		t.Errorf("opq/old: opaque dir did not hide it (err %v)", err)
+	}
+	if got := read("opq/new"); got != "new\n" {
+		t.Errorf("opq/new = %q", got)
+	}
+	if l, err := os.Readlink(filepath.Join(root, "etc/link")); err != nil || l != "keep" {
+		t.Errorf("etc/link -> %q, %v; want keep", l, err)
+	}
+	if l, err := os.Readlink(filepath.Join(root, "abs")); err != nil || l != "/etc/keep" {
+		t.Errorf("abs -> %q, %v; want /etc/keep", l, err)
+	}
+	var a, b, s unix.Stat_t
+	if err := unix.Stat(filepath.Join(root, "data/a"), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Join(root, "data/b"), &b); err != nil {
+		t.Fatal(err)
+	}
+	if a.Ino != b.Ino || a.Nlink != 2 {
+		t.Errorf("data/a and data/b are not one hard-linked file (inodes %d %d, nlink %d)", a.Ino, b.Ino, a.Nlink)
+	}
+	if a.Mode&0o7777 != 0o600 {
+		t.Errorf("data/a mode %o, want 600", a.Mode&0o7777)
+	}
+	if err := unix.Stat(filepath.Join(root, "bin/suid"), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Mode&0o7777 != 0o4755 || s.Uid != 1000 || s.Gid != 1001 {
+		t.Errorf("bin/suid mode %o owner %d:%d, want 4755 1000:1001", s.Mode&0o7777, s.Uid, s.Gid)
+	}
+}
+
+func TestUnpackLayersMergedView(t *testing.T) {
+	requireRoot(t)
+	base, top := unpackTestLayers(t)
+	tmp := t.TempDir()
+	var dirs []string
+	for i, l := range [][]byte{base, top} {
+		d := filepath.Join(tmp, "layer"+string(rune('0'+i)))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unpackLayer(d, bytes.NewReader(l)); err != nil {
+			t.Fatalf("unpack layer %d: %v", i, err)
+		}
+		dirs = append(dirs, d)
+	}
+	t.Run("copy", func(t *testing.T) {
+		dst := filepath.Join(tmp, "copy")
+		if err := flattenLayers(dirs, dst); err != nil {
+			t.Fatal(err)
+		}
+		checkMerged(t, dst)
+	})
+	t.Run("overlay", func(t *testing.T) {
+		if !probeOverlay(tmp) {
+			t.Skip("overlayfs cannot be mounted here")
+		}
+		m, u, w := filepath.Join(tmp, "m"), filepath.Join(tmp, "u"), filepath.Join(tmp, "w")
+		for _, d := range []string{m, u, w} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := unix.Mount("overlay", m, "overlay", 0, "lowerdir="+dirs[1]+":"+dirs[0]+",upperdir="+u+",workdir="+w); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = unix.Unmount(m, unix.MNT_DETACH) }()
+		checkMerged(t, m)
+	})
+}
+
+func TestUnpackRefusesToEscape(t *testing.T) {
+	requireRoot(t)
+	outside := t.TempDir()
+	for name, l := range map[string][]byte{
+		"through symlink": layerTar(t, symlink("evil", outside), file("evil/pwned", "x", 0o644)),
+		"hard link out":   layerTar(t, hardlink("h", "../../../../etc/passwd")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := t.TempDir()
+			if _, err := unpackLayer(d, bytes.NewReader(l)); err == nil {
+				t.Fatal("unpack succeeded")
+			}
+			if _, err := os.Stat(filepath.Join(outside, "pwned")); err == nil {
+				t.Fatal("the layer wrote outside its directory")
+			}
+		})
+	}
+	// ".." in names is cleaned to stay inside.
+	d := t.TempDir()
+	if _, err := unpackLayer(d, bytes.NewReader(layerTar(t, file("../../x", "x", 0o644)))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d, "x")); err != nil {
+		t.Fatalf("../../x not unpacked as /x: %v", err)
+	}
+}
+
+func imageStatus(t *testing.T, r *Runtime, ref string) *runtimeapi.Image {
+	t.Helper()
+	resp, err := r.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: ref}, false)
+	if err != nil {
+		t.Fatalf("ImageStatus(%q): %v", ref, err)
+	}
+	return resp.GetImage()
+}
+
+func TestPullByTagAndDigestThenRemove(t *testing.T) {
+	requireRoot(t)
+	reg := testRegistry(t)
+	base, top := unpackTestLayers(t)
+	img := testImage(t, v1.Config{Cmd: []string{"/bin/true"}}, base, top)
+	dig := push(t, reg+"/test/app:v1", img)
+	id := configDigest(t, img)
+
+	r := newTestRuntime(t, t.TempDir())
+	ctx := context.Background()
+	got, err := r.PullImage(ctx, &runtimeapi.ImageSpec{Image: reg + "/test/app:v1"}, nil, nil)
+	if err != nil {
+		t.Fatalf("PullImage by tag: %v", err)
+	}
+	if got != id {
+		t.Fatalf("PullImage = %s, want the config digest %s", got, id)
+	}
+	for _, ref := range []string{reg + "/test/app:v1", reg + "/test/app@" + dig.String(), id, strings.TrimPrefix(id, "sha256:")[:12]} {
+		st := imageStatus(t, r, ref)
+		if st == nil || st.Id != id {
+			t.Fatalf("ImageStatus(%q) = %v, want image %s", ref, st, id)
+		}
+	}
+	st := imageStatus(t, r, id)
+	if len(st.RepoTags) != 1 || st.RepoTags[0] != reg+"/test/app:v1" || len(st.RepoDigests) != 1 || st.RepoDigests[0] != reg+"/test/app@"+dig.String() {
+		t.Fatalf("tags %v digests %v", st.RepoTags, st.RepoDigests)
+	}
+	if st.Size < uint64(len("replaced\nnew\nshared\n")) {
+		t.Fatalf("size %d too small", st.Size)
+	}
+	if imageStatus(t, r, reg+"/test/app:v2") != nil {
+		t.Fatal("ImageStatus of an unknown tag returned an image")
+	}
+	// By digest, as a second reference to the same image.
+	if got, err := r.PullImage(ctx, &runtimeapi.ImageSpec{Image: reg + "/test/app@" + dig.String()}, nil, nil); err != nil || got != id {
+		t.Fatalf("PullImage by digest = %s, %v", got, err)
+	}
+	list, err := r.ListImages(ctx, nil)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("ListImages = %v, %v; want host and the image", list, err)
+	}
+	fs, err := r.ImageFsInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := fs.ImageFilesystems[0].UsedBytes.Value; used < st.Size {
+		t.Fatalf("ImageFsInfo used %d < image size %d", used, st.Size)
+	}
+	stats, err := r.ImageFsStats(ctx)
+	if err != nil || stats.CapacityBytes == 0 || stats.AvailableBytes > stats.CapacityBytes || stats.InodesTotal == 0 {
+		t.Fatalf("ImageFsStats = %+v, %v", stats, err)
+	}
+
+	if err := r.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: reg + "/test/app:v1"}); err != nil {
+		t.Fatalf("RemoveImage: %v", err)
+	}
+	if imageStatus(t, r, id) != nil {
+		t.Fatal("image still present after RemoveImage")
+	}
+	if err := r.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: id}); err != nil {
+		t.Fatalf("RemoveImage of a removed image: %v", err)
+	}
+	entries, _ := os.ReadDir(r.images.layerDir())
+	if len(entries) != 0 {
+		t.Fatalf("layers left after RemoveImage: %v", entries)
+	}
+	fs, _ = r.ImageFsInfo(ctx)
+	if used := fs.ImageFilesystems[0].UsedBytes.Value; used != 0 {
+		t.Fatalf("ImageFsInfo used %d after removing every image", used)
+	}
+	if err := r.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: "host"}); err == nil {
+		t.Fatal("RemoveImage(host) succeeded")
+	}
+	if _, err := r.PullImage(ctx, &runtimeapi.ImageSpec{Image: reg + "/test/missing:v1"}, nil, nil); err == nil {
+		t.Fatal("pulling a missing image succeeded")
+	}
+}
+
+func TestPullCredentials(t *testing.T) {
+	requireRoot(t)
+	inner := registry.New()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if u, p, ok := req.BasicAuth(); !ok || u != "alice" || p != "s3cret" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	reg := strings.TrimPrefix(srv.URL, "http://")
+	img := testImage(t, v1.Config{}, layerTar(t, file("f", "x", 0o644)))
+	ref, err := name.ParseReference(reg+"/secure/app:v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remoteWriteWithBasic(ref, img, "alice", "s3cret"); err != nil {
+		t.Fatal(err)
+	}
+
+	root := t.TempDir()
+	r := newTestRuntime(t, root)
+	ctx := context.Background()
+	spec := &runtimeapi.ImageSpec{Image: reg + "/secure/app:v1"}
+	if _, err := r.PullImage(ctx, spec, nil, nil); err == nil {
+		t.Fatal("pull without credentials succeeded")
+	}
+	if _, err := r.PullImage(ctx, spec, &runtimeapi.AuthConfig{Username: "alice", Password: "wrong"}, nil); err == nil {
+		t.Fatal("pull with wrong credentials succeeded")
+	}
+	if _, err := r.PullImage(ctx, spec, &runtimeapi.AuthConfig{Username: "alice", Password: "s3cret"}, nil); err != nil {
+		t.Fatalf("pull with request credentials: %v", err)
+	}
+	if err := r.RemoveImage(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{"auths": map[string]any{"http://" + reg + "/v2/": map[string]string{
+		"auth": base64.StdEncoding.EncodeToString([]byte("alice:s3cret")),
+	}}}
+	data, _ := json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(root, "config.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.PullImage(ctx, spec, nil, nil); err != nil {
+		t.Fatalf("pull with docker config credentials: %v", err)
+	}
+}
+
+func TestLoadArchives(t *testing.T) {
+	requireRoot(t)
+	img := testImage(t, v1.Config{Entrypoint: []string{"/x"}}, layerTar(t, file("x", "x", 0o755)))
+	id := configDigest(t, img)
+	ctx := context.Background()
+
+	t.Run("docker-archive", func(t *testing.T) {
+		r := newTestRuntime(t, t.TempDir())
+		tag, err := name.NewTag("example.com/team/app:1.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := tarball.Write(tag, img, &buf); err != nil {
+			t.Fatal(err)
+		}
+		loaded, err := r.LoadArchive(ctx, &buf)
+		if err != nil {
+			t.Fatalf("LoadArchive: %v", err)
+		}
+		if len(loaded) != 1 || loaded[0].ID != id || len(loaded[0].RepoTags) != 1 || loaded[0].RepoTags[0] != "example.com/team/app:1.0" {
+			t.Fatalf("loaded %+v, want %s tagged example.com/team/app:1.0", loaded, id)
+		}
+		if st := imageStatus(t, r, "example.com/team/app:1.0"); st == nil || st.Id != id {
+			t.Fatalf("ImageStatus after load = %v", st)
+		}
+	})
+	t.Run("oci-layout", func(t *testing.T) {
+		r := newTestRuntime(t, t.TempDir())
+		dir := t.TempDir()
+		p, err := layout.Write(dir, empty.Index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{annotationRefName: "busybox:1.36"})); err != nil {
+			t.Fatal(err)
+		}
+		loaded, err := r.LoadArchive(ctx, bytes.NewReader(tarDir(t, dir)))
+		if err != nil {
+			t.Fatalf("LoadArchive: %v", err)
+		}
+		if len(loaded) != 1 || loaded[0].ID != id || loaded[0].RepoTags[0] != "docker.io/library/busybox:1.36" {
+			t.Fatalf("loaded %+v", loaded)
+		}
+		if st := imageStatus(t, r, "busybox:1.36"); st == nil || st.Id != id {
+			t.Fatalf("ImageStatus(busybox:1.36) = %v", st)
+		}
+	})
+	t.Run("garbage", func(t *testing.T) {
+		r := newTestRuntime(t, t.TempDir())
+		if _, err := r.LoadArchive(ctx, strings.NewReader("not a tar")); err == nil {
+			t.Fatal("loading garbage succeeded")
+		}
+	})
+}
+
+func TestImageStoreSurvivesRestartAndQuarantinesCorruptRecords(t *testing.T) {
+	requireRoot(t)
+	reg := testRegistry(t)
+	imgA := testImage(t, v1.Config{}, layerTar(t, file("a", "a", 0o644)))
+	imgB := testImage(t, v1.Config{}, layerTar(t, file("b", "b", 0o644)))
+	push(t, reg+"/r/a:1", imgA)
+	push(t, reg+"/r/b:1", imgB)
+	root := t.TempDir()
+	r := newTestRuntime(t, root)
+	ctx := context.Background()
+	for _, ref := range []string{reg + "/r/a:1", reg + "/r/b:1"} {
+		if _, err := r.PullImage(ctx, &runtimeapi.ImageSpec{Image: ref}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = r.Close(ctx)
+	idB := configDigest(t, imgB)
+	if err := os.WriteFile(r.images.metaPath(idB), []byte("{torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r2 := newTestRuntime(t, root)
+	if st := imageStatus(t, r2, reg+"/r/a:1"); st == nil || st.Id != configDigest(t, imgA) {
+		t.Fatalf("image a after restart: %v", st)
+	}
+	if st := imageStatus(t, r2, idB); st != nil {
+		t.Fatalf("corrupt image b still listed: %v", st)
+	}
+	matches, _ := filepath.Glob(r2.images.metaPath(idB) + ".corrupt-*")
+	if len(matches) != 1 {
+		t.Fatalf("corrupt record not moved aside: %v", matches)
+	}
+	// A configured pinned reference marks the image pinned.
+	pinned, err := New(Config{RootDir: t.TempDir(), Logger: testLogger(t), PinnedImages: []string{reg + "/r/a:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = pinned.Close(ctx) }()
+	if _, err := pinned.PullImage(ctx, &runtimeapi.ImageSpec{Image: reg + "/r/a:1"}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if st := imageStatus(t, pinned, reg+"/r/a:1"); st == nil || !st.Pinned {
+		t.Fatalf("configured pinned image not reported pinned: %v", st)
+	}
+}
+
+func TestImageContainerOverrideRules(t *testing.T) {
+	img := &imageRecord{ID: "sha256:x", Config: imageConfig{Entrypoint: []string{"/ep"}, Cmd: []string{"c1"}, Env: []string{"A=img", "B=img"}, WorkingDir: "/w", User: "app:staff"}}
+	r := &Runtime{}
+	for _, tc := range []struct {
+		name      string
+		cmd, args []string
+		want      string
+	}{
+		{"image defaults", nil, nil, "/ep c1"},
+		{"args replace Cmd", nil, []string{"a1"}, "/ep a1"},
+		{"command drops Cmd", []string{"/c"}, nil, "/c"},
+		{"command and args", []string{"/c"}, []string{"a1", "a2"}, "/c a1 a2"},
+	} {
+		args, env, wd, rf, err := r.imageContainer(img, &runtimeapi.ContainerConfig{Command: tc.cmd, Args: tc.args,
+			Envs: []*runtimeapi.KeyValue{{Key: "B", Value: []byte("pod")}}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := strings.Join(args, " "); got != tc.want {
+			t.Errorf("%s: argv %q, want %q", tc.name, got, tc.want)
+		}
+		if env[0] != "A=img" || env[1] != "B=pod" || wd != "/w" || rf.User.Name != "app" || rf.User.Group != "staff" {
+			t.Errorf("%s: env %v wd %s user %+v", tc.name, env, wd, rf.User)
+		}
+	}
+	_, _, _, rf, err := r.imageContainer(img, &runtimeapi.ContainerConfig{Linux: &runtimeapi.LinuxContainerConfig{
+		SecurityContext: &runtimeapi.LinuxContainerSecurityContext{RunAsUser: &runtimeapi.Int64Value{Value: 42}}}})
+	if err != nil || rf.User.UID == nil || *rf.User.UID != 42 || rf.User.Name != "" {
+		t.Fatalf("runAsUser did not win: %+v, %v", rf, err)
+	}
+	if _, _, _, _, err := r.imageContainer(&imageRecord{ID: "sha256:y"}, &runtimeapi.ContainerConfig{}); err == nil {
+		t.Fatal("no command anywhere was accepted")
+	}
+}
+
+// tarDir archives dir's regular files and directories.
+func tarDir(t *testing.T, dir string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		hdr, err := tar.FileInfoHeader(fi, "")
+		if err != nil {
+			return err
+		}
+		hdr.Name = rel
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			_, err = tw.Write(data)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}

@@ -1,0 +1,512 @@
+package embedded
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The container init: the monitor starts a re-exec of the agent binary in
+// new mount, PID, UTS and IPC namespaces; it mounts the root filesystem,
+// /proc, /dev and /sys, pivots into it, takes the container's user and
+// execs the container's command, which thus runs as PID 1. Failures before
+// the exec are written to fd 3; a successful exec closes it empty.
+const (
+	initEnv   = "MINILET_EMBEDDED_INIT" // path of the monitor spec
+	initArg0  = "minilet-init"
+	initFlags = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC
+)
+
+// devices bound from the host into a container's /dev.
+var initDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+func runInit() int {
+	report := os.NewFile(3, "report")
+	syscall.CloseOnExec(3)
+	fail := func(err error) int {
+		_, _ = report.WriteString(err.Error())
+		return 127
+	}
+	var spec monitorSpec
+	if err := readJSON(os.Getenv(initEnv), &spec); err != nil {
+		return fail(err)
+	}
+	if spec.Rootfs == nil || len(spec.Args) == 0 {
+		return fail(errors.New("init: no root filesystem or command"))
+	}
+	if err := setupRootfs(spec.Rootfs); err != nil {
+		return fail(err)
+	}
+	cred, home, err := resolveUser(spec.Rootfs.User)
+	if err != nil {
+		return fail(err)
+	}
+	env := spec.Env
+	if !hasEnv(env, "HOME") {
+		env = append(env, "HOME="+home)
+	}
+	if err := os.MkdirAll(spec.WorkingDir, 0o755); err != nil {
+		return fail(fmt.Errorf("working directory %s: %w", spec.WorkingDir, err))
+	}
+	if err := os.Chdir(spec.WorkingDir); err != nil {
+		return fail(fmt.Errorf("working directory %s: %w", spec.WorkingDir, err))
+	}
+	path, err := lookPath(spec.Args[0], env)
+	if err != nil {
+		return fail(err)
+	}
+	if err := setCredential(cred); err != nil {
+		return fail(err)
+	}
+	return fail(syscall.Exec(path, spec.Args, env))
+}
+
+// setupRootfs mounts the container's filesystems and pivots into them.
+func setupRootfs(rs *rootfsSpec) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	m := rs.Merged
+	if rs.Copy {
+		if err := unix.Mount(m, m, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind root filesystem: %w", err)
+		}
+	} else {
+		if err := mountOverlay(rs); err != nil {
+			return err
+		}
+	}
+	type mnt struct {
+		src, target, fstype string
+		flags               uintptr
+		data                string
+	}
+	const secure = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	for _, x := range []mnt{
+		{"proc", "/proc", "proc", secure, ""},
+		{"tmpfs", "/dev", "tmpfs", unix.MS_NOSUID | unix.MS_STRICTATIME, "mode=755,size=65536k"},
+	} {
+		if err := mountIn(m, x.target, true, func(p string) error { return unix.Mount(x.src, p, x.fstype, x.flags, x.data) }); err != nil {
+			return err
+		}
+	}
+	if err := populateDev(m); err != nil {
+		return err
+	}
+	if err := mountIn(m, "/sys", true, func(p string) error {
+		if err := unix.Mount("sysfs", p, "sysfs", secure|unix.MS_RDONLY, ""); err == nil {
+			return nil
+		}
+		if err := unix.Mount("/sys", p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return err
+		}
+		return unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_REC, "")
+	}); err != nil {
+		return err
+	}
+	mounts := rs.Mounts
+	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
+		if !hasMountTarget(mounts, f) && fileExists(f) {
+			mounts = append(mounts, bindMount{Source: f, Target: f, ReadOnly: true})
+		}
+	}
+	for _, b := range mounts {
+		st, err := os.Stat(b.Source)
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", b.Source, err)
+		}
+		if err := mountIn(m, b.Target, st.IsDir(), func(p string) error {
+			if err := unix.Mount(b.Source, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+				return err
+			}
+			if b.ReadOnly {
+				return unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, "")
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	// pivot_root(".", ".") stacks the old root on the new one; detaching it
+	// leaves the container's root alone.
+	if err := unix.Chdir(m); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// mountOverlay mounts the image layers under the writable layer. Lower dirs
+// are given relative to their common parent (the store's layer dir) so that
+// deep images fit in the one-page mount option limit.
+func mountOverlay(rs *rootfsSpec) error {
+	if len(rs.Lower) == 0 {
+		return errors.New("image has no layers")
+	}
+	parent := filepath.Dir(rs.Lower[0])
+	rel := make([]string, len(rs.Lower))
+	for i, l := range rs.Lower {
+		if filepath.Dir(l) != parent {
+			parent = ""
+			break
+		}
+		rel[i] = filepath.Base(l)
+	}
+	lower := strings.Join(rs.Lower, ":")
+	if parent != "" {
+		if err := unix.Chdir(parent); err != nil {
+			return err
+		}
+		lower = strings.Join(rel, ":")
+	}
+	opts := "lowerdir=" + lower + ",upperdir=" + rs.Upper + ",workdir=" + rs.Work
+	if err := unix.Mount("overlay", rs.Merged, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay root filesystem: %w", err)
+	}
+	return nil
+}
+
+func populateDev(root string) error {
+	dev := filepath.Join(root, "dev")
+	for _, d := range initDevices {
+		host := "/dev/" + d
+		if _, err := os.Stat(host); err != nil {
+			continue
+		}
+		p := filepath.Join(dev, d)
+		if err := os.WriteFile(p, nil, 0o666); err != nil {
+			return err
+		}
+		if err := unix.Mount(host, p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", host, err)
+		}
+	}
+	for _, d := range []string{"pts", "shm", "mqueue"} {
+		if err := os.Mkdir(filepath.Join(dev, d), 0o755); err != nil {
+			return err
+		}
+	}
+	_ = unix.Mount("shm", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=65536k")
+	if err := unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err == nil {
+		_ = os.Symlink("pts/ptmx", filepath.Join(dev, "ptmx"))
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountIn creates target inside root (a directory, or an empty file when
+// dir is false), resolving symlinks as the container would see them, and
+// calls mount on the resulting host path.
+func mountIn(root, target string, dir bool, mount func(string) error) error {
+	p, err := secureJoin(root, target)
+	if err != nil {
+		return fmt.Errorf("mount target %s: %w", target, err)
+	}
+	if dir {
+		err = os.MkdirAll(p, 0o755)
+	} else if _, serr := os.Lstat(p); errors.Is(serr, os.ErrNotExist) {
+		if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
+			err = os.WriteFile(p, nil, 0o644)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("mount target %s: %w", target, err)
+	}
+	if err := mount(p); err != nil {
+		return fmt.Errorf("mount %s: %w", target, err)
+	}
+	return nil
+}
+
+// secureJoin resolves path inside root as if root were "/": symlinks,
+// absolute or relative, never lead outside root. Missing components are
+// joined as they are.
+func secureJoin(root, path string) (string, error) {
+	var resolved string // relative to root, always clean
+	rest := strings.Split(filepath.Clean("/"+path), "/")
+	links := 0
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		if c == "" || c == "." {
+			continue
+		}
+		if c == ".." {
+			resolved = filepath.Dir("/" + resolved)[1:]
+			continue
+		}
+		next := filepath.Join(resolved, c)
+		fi, err := os.Lstat(filepath.Join(root, next))
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			resolved = next
+			continue
+		}
+		if links++; links > 40 {
+			return "", errors.New("too many levels of symbolic links")
+		}
+		target, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			resolved = ""
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return filepath.Join(root, resolved), nil
+}
+
+func hasMountTarget(ms []bindMount, target string) bool {
+	for _, m := range ms {
+		if filepath.Clean(m.Target) == target {
+			return true
+		}
+	}
+	return false
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, key+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// resolveUser turns a userSpec into credentials using the container's own
+// /etc/passwd and /etc/group (called after pivoting), and returns the home
+// directory.
+func resolveUser(u userSpec) (*syscall.Credential, string, error) {
+	uid, gid, home := int64(0), int64(0), "/root"
+	name := u.Name
+	switch {
+	case u.UID != nil:
+		uid = *u.UID
+		if e, ok := lookupPasswd(func(f []string) bool { return f[2] == strconv.FormatInt(uid, 10) }); ok {
+			gid, home, name = e.gid, e.home, e.name
+		} else {
+			home = "/"
+		}
+	case u.Name != "":
+		e, ok := lookupPasswd(func(f []string) bool { return f[0] == u.Name })
+		if !ok {
+			return nil, "", fmt.Errorf("user %q not found in the image's /etc/passwd", u.Name)
+		}
+		uid, gid, home = e.uid, e.gid, e.home
+	}
+	switch {
+	case u.GID != nil:
+		gid = *u.GID
+	case u.Group != "":
+		g, ok := lookupGroup(u.Group)
+		if !ok {
+			return nil, "", fmt.Errorf("group %q not found in the image's /etc/group", u.Group)
+		}
+		gid = g
+	}
+	cred := &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if name != "" {
+		cred.Groups = append(cred.Groups, memberGroups(name)...)
+	}
+	for _, g := range u.Groups {
+		cred.Groups = append(cred.Groups, uint32(g))
+	}
+	return cred, home, nil
+}
+
+func setCredential(c *syscall.Credential) error {
+	groups := make([]int, len(c.Groups))
+	for i, g := range c.Groups {
+		groups[i] = int(g)
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setgid(int(c.Gid)); err != nil {
+		return fmt.Errorf("setgid %d: %w", c.Gid, err)
+	}
+	if err := syscall.Setuid(int(c.Uid)); err != nil {
+		return fmt.Errorf("setuid %d: %w", c.Uid, err)
+	}
+	return nil
+}
+
+type passwdEntry struct {
+	name     string
+	uid, gid int64
+	home     string
+}
+
+func lookupPasswd(match func([]string) bool) (passwdEntry, bool) {
+	var out passwdEntry
+	found := false
+	scanColonFile("/etc/passwd", func(f []string) bool {
+		if len(f) < 6 || !match(f) {
+			return true
+		}
+		uid, err1 := strconv.ParseInt(f[2], 10, 64)
+		gid, err2 := strconv.ParseInt(f[3], 10, 64)
+		if err1 != nil || err2 != nil {
+			return true
+		}
+		out, found = passwdEntry{name: f[0], uid: uid, gid: gid, home: f[5]}, true
+		return false
+	})
+	return out, found
+}
+
+func lookupGroup(name string) (int64, bool) {
+	var gid int64
+	found := false
+	scanColonFile("/etc/group", func(f []string) bool {
+		if len(f) >= 3 && f[0] == name {
+			if n, err := strconv.ParseInt(f[2], 10, 64); err == nil {
+				gid, found = n, true
+				return false
+			}
+		}
+		return true
+	})
+	return gid, found
+}
+
+// memberGroups are the groups /etc/group lists user as a member of.
+func memberGroups(user string) []uint32 {
+	var out []uint32
+	scanColonFile("/etc/group", func(f []string) bool {
+		if len(f) >= 4 {
+			for _, m := range strings.Split(f[3], ",") {
+				if m == user {
+					if n, err := strconv.ParseUint(f[2], 10, 32); err == nil {
+						out = append(out, uint32(n))
+					}
+				}
+			}
+		}
+		return true
+	})
+	return out
+}
+
+func scanColonFile(path string, each func([]string) bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if !each(strings.Split(line, ":")) {
+			return
+		}
+	}
+}
+
+// Variables (prefixed like trampolineEnv, so never passed on) that make the
+// exec trampoline enter a container from an image.
+const (
+	trampolinePidEnv = trampolineEnv + "_PID" // the container's PID 1, as the host sees it
+	trampolineDirEnv = trampolineEnv + "_DIR" // working directory inside the container
+)
+
+// execInContainer runs argv inside the container whose init is pid: in its
+// PID, UTS and IPC namespaces, chrooted into its root (through
+// /proc/PID/root, which shows the container's mounts), as the user its PID 1
+// runs as. A Go process cannot join a mount namespace, so the command stays
+// in the host's, which only its /proc/self/mounts can tell. The trampoline
+// waits for it and exits with its status.
+func execInContainer(pid, dir string, argv, env []string, fail func(error) int) int {
+	runtime.LockOSThread() // setns below is per thread; the child forks from it
+	cred, err := procCredential(pid)
+	if err != nil {
+		return fail(err)
+	}
+	for _, ns := range []struct {
+		name string
+		flag int
+	}{{"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}, {"pid", unix.CLONE_NEWPID}} {
+		f, err := os.Open("/proc/" + pid + "/ns/" + ns.name)
+		if err != nil {
+			return fail(fmt.Errorf("container is gone: %w", err))
+		}
+		err = unix.Setns(int(f.Fd()), ns.flag)
+		_ = f.Close()
+		if err != nil {
+			return fail(fmt.Errorf("enter %s namespace: %w", ns.name, err))
+		}
+	}
+	if err := syscall.Chroot("/proc/" + pid + "/root"); err != nil {
+		return fail(fmt.Errorf("enter container root: %w", err))
+	}
+	if dir == "" {
+		dir = "/"
+	}
+	if err := os.Chdir(dir); err != nil {
+		return fail(fmt.Errorf("working directory %s: %w", dir, err))
+	}
+	path, err := lookPath(argv[0], env)
+	if err != nil {
+		return fail(err)
+	}
+	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		SysProcAttr: &syscall.SysProcAttr{Credential: cred}}
+	if err := cmd.Start(); err != nil {
+		return fail(err)
+	}
+	_ = cmd.Wait()
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// procCredential is the user, group and supplementary groups pid runs as.
+func procCredential(pid string) (*syscall.Credential, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return nil, fmt.Errorf("container is gone: %w", err)
+	}
+	cred := &syscall.Credential{}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		f := strings.Fields(v)
+		switch {
+		case k == "Uid" && len(f) > 0:
+			n, _ := strconv.ParseUint(f[0], 10, 32)
+			cred.Uid = uint32(n)
+		case k == "Gid" && len(f) > 0:
+			n, _ := strconv.ParseUint(f[0], 10, 32)
+			cred.Gid = uint32(n)
+		case k == "Groups":
+			for _, g := range f {
+				n, _ := strconv.ParseUint(g, 10, 32)
+				cred.Groups = append(cred.Groups, uint32(n))
+			}
+		}
+	}
+	return cred, nil
+}

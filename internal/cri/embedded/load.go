@@ -1,0 +1,270 @@
+package embedded
+
+import (
+	"archive/tar"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// LoadedImage is one image an archive held.
+type LoadedImage struct {
+	ID       string   `json:"id"`
+	RepoTags []string `json:"repoTags,omitempty"`
+}
+
+// OCI annotations that name an image in an OCI layout's index.
+const (
+	annotationRefName       = "org.opencontainers.image.ref.name"
+	annotationContainerName = "io.containerd.image.name"
+)
+
+// LoadArchive imports every image of a docker-archive (`docker save`) or
+// OCI-layout tarball read from r. A docker archive's "RepoTags" and an OCI
+// index's image-name annotations become the images' tags.
+func (r *Runtime) LoadArchive(ctx context.Context, archive io.Reader) ([]LoadedImage, error) {
+	dir, err := os.MkdirTemp(r.images.tmpDir(), "load-")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if err := extractArchive(dir, archive); err != nil {
+		return nil, errInvalid("load image archive: %v", err)
+	}
+	var out []LoadedImage
+	switch {
+	case fileExists(filepath.Join(dir, "manifest.json")):
+		out, err = r.loadDockerArchive(ctx, dir)
+	case fileExists(filepath.Join(dir, "index.json")):
+		out, err = r.loadOCILayout(ctx, dir)
+	default:
+		return nil, errInvalid("load image archive: neither manifest.json (docker-archive) nor index.json (OCI layout) found")
+	}
+	if err != nil {
+		return out, err
+	}
+	for _, img := range out {
+		r.log.Info("image loaded", "image", img.ID, "tags", img.RepoTags)
+	}
+	return out, nil
+}
+
+func (r *Runtime) loadDockerArchive(ctx context.Context, dir string) ([]LoadedImage, error) {
+	var manifest tarball.Manifest
+	data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(data, &manifest); err != nil {
+		return nil, errInvalid("load docker archive: manifest.json: %v", err)
+	}
+	var out []LoadedImage
+	for i, d := range manifest {
+		src := imageSource{}
+		if src.config, err = readArchiveFile(dir, d.Config); err != nil {
+			return out, errInvalid("load docker archive: image %d: config: %v", i, err)
+		}
+		for _, l := range d.Layers {
+			p, err := archivePath(dir, l)
+			if err != nil {
+				return out, errInvalid("load docker archive: image %d: layer %q: %v", i, l, err)
+			}
+			layer, err := tarball.LayerFromFile(p)
+			if err != nil {
+				return out, errInvalid("load docker archive: image %d: layer %q: %v", i, l, err)
+			}
+			src.layers = append(src.layers, layer.Uncompressed)
+		}
+		var tags []string
+		for _, t := range d.RepoTags {
+			n, err := normalizeRef(t)
+			if err != nil {
+				return out, errInvalid("load docker archive: image %d: RepoTags %q: %v", i, t, err)
+			}
+			tags = append(tags, n)
+		}
+		rec, err := r.images.importImage(ctx, src, tags, nil, r.clock.Now().UnixNano())
+		if err != nil {
+			return out, fmt.Errorf("load docker archive: image %d: %w", i, err)
+		}
+		out = append(out, LoadedImage{ID: rec.ID, RepoTags: tags})
+	}
+	return out, nil
+}
+
+func (r *Runtime) loadOCILayout(ctx context.Context, dir string) ([]LoadedImage, error) {
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, errInvalid("load OCI layout: %v", err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, errInvalid("load OCI layout: index.json: %v", err)
+	}
+	var out []LoadedImage
+	for _, desc := range im.Manifests {
+		img, err := imageForPlatform(idx, desc)
+		if err != nil {
+			return out, errInvalid("load OCI layout: manifest %s: %v", desc.Digest, err)
+		}
+		if img == nil {
+			continue
+		}
+		src, err := sourceFromImage(img)
+		if err != nil {
+			return out, errInvalid("load OCI layout: manifest %s: %v", desc.Digest, err)
+		}
+		var tags, digests []string
+		if n := ociImageName(desc.Annotations); n != "" {
+			norm, err := normalizeRef(n)
+			if err != nil {
+				return out, errInvalid("load OCI layout: manifest %s: image name %q: %v", desc.Digest, n, err)
+			}
+			tags = []string{norm}
+			if ref, err := name.ParseReference(norm); err == nil {
+				digests = []string{registryName(ref) + "/" + ref.Context().RepositoryStr() + "@" + desc.Digest.String()}
+			}
+		}
+		rec, err := r.images.importImage(ctx, src, tags, digests, r.clock.Now().UnixNano())
+		if err != nil {
+			return out, fmt.Errorf("load OCI layout: manifest %s: %w", desc.Digest, err)
+		}
+		out = append(out, LoadedImage{ID: rec.ID, RepoTags: tags})
+	}
+	if len(out) == 0 {
+		return nil, errInvalid("load OCI layout: no image for linux/%s in index.json", goruntime.GOARCH)
+	}
+	return out, nil
+}
+
+// imageForPlatform returns the image desc names, picking this machine's
+// platform from a nested index; nil when the index has none for it.
+func imageForPlatform(idx v1.ImageIndex, desc v1.Descriptor) (v1.Image, error) {
+	if !desc.MediaType.IsIndex() {
+		return idx.Image(desc.Digest)
+	}
+	child, err := idx.ImageIndex(desc.Digest)
+	if err != nil {
+		return nil, err
+	}
+	cm, err := child.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range cm.Manifests {
+		if d.Platform == nil || (d.Platform.OS == "linux" && d.Platform.Architecture == goruntime.GOARCH) {
+			if d.MediaType.IsImage() {
+				return child.Image(d.Digest)
+			}
+		}
+	}
+	return nil, nil
+}
+
+// ociImageName is the full image name an OCI index entry carries: the
+// containerd annotation, or ref.name when that is a full reference (a bare
+// tag such as "latest" names nothing).
+func ociImageName(ann map[string]string) string {
+	if n := ann[annotationContainerName]; n != "" {
+		return n
+	}
+	n := ann[annotationRefName]
+	if strings.ContainsAny(n, "/:") {
+		return n
+	}
+	return ""
+}
+
+// extractArchive unpacks an image archive (regular files, directories and
+// in-archive symlinks only) into dir.
+func extractArchive(dir string, r io.Reader) error {
+	tr := tar.NewReader(r)
+	buf := make([]byte, 1<<20)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read archive: %w", err)
+		}
+		rel := path.Clean("/" + hdr.Name)
+		if rel == "/" {
+			continue
+		}
+		dst := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return err
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(dst, 0o700); err != nil {
+				return err
+			}
+		case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old archives still use TypeRegA
+			f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+			if err != nil {
+				return err
+			}
+			_, err = io.CopyBuffer(f, tr, buf)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
+			}
+		case tar.TypeSymlink, tar.TypeLink:
+			// Old docker archives link duplicate layers; keep the link and
+			// check it stays inside dir when it is opened.
+			target := hdr.Linkname
+			if hdr.Typeflag == tar.TypeLink {
+				target, _ = filepath.Rel(filepath.Dir(dst), filepath.Join(dir, path.Clean("/"+hdr.Linkname)))
+			}
+			if err := os.Symlink(target, dst); err != nil {
+				return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
+			}
+		}
+	}
+}
+
+// archivePath resolves a path named by the archive's manifest, refusing
+// anything (through symlinks too) outside dir.
+func archivePath(dir, rel string) (string, error) {
+	p, err := filepath.EvalSymlinks(filepath.Join(dir, path.Clean("/"+rel)))
+	if err != nil {
+		return "", err
+	}
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(p, realDir+string(filepath.Separator)) {
+		return "", errors.New("points outside the archive")
+	}
+	return p, nil
+}
+
+func readArchiveFile(dir, rel string) ([]byte, error) {
+	p, err := archivePath(dir, rel)
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(p)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
