@@ -3,14 +3,18 @@ package kuberuntime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	critest "k8s.io/cri-api/pkg/apis/testing"
 
 	"github.com/minilet/minilet/internal/container"
 )
@@ -57,11 +61,14 @@ func TestImagePresentIsNotPulled(t *testing.T) {
 func TestImagePulled(t *testing.T) {
 	e := newEnv(t)
 	e.images.SetFakeImages(nil)
+	e.images.SetFakeImageSize(4096)
 	pod := imagePod("busybox:1.36", "")
 	if res := e.sync(pod); res.Err != nil || len(res.Waiting) != 0 {
 		t.Fatalf("sync: %+v", res)
 	}
-	if !e.rec.has(`Normal Pulling Pulling image "busybox:1.36"`) || !e.rec.has(`Normal Pulled Successfully pulled image "busybox:1.36"`) {
+	// The fake clock does not move during the pull.
+	if !e.rec.has(`Normal Pulling Pulling image "busybox:1.36"`) ||
+		!e.rec.has(`Normal Pulled Successfully pulled image "busybox:1.36" in 0s (0s including waiting). Image size: 4096 bytes.`) {
 		t.Fatalf("events:\n%s", e.rec)
 	}
 	if e.status(pod).state("a") != container.StateRunning {
@@ -220,5 +227,119 @@ func TestGetPods(t *testing.T) {
 	if pods[0].UID != "uid-1" || pods[0].Name != "web" || len(pods[0].Containers) != 2 || len(pods[0].Sandboxes) != 1 ||
 		pods[1].Name != "db" || pods[1].Containers[0].Name != "c" || pods[1].Containers[0].State != container.StateRunning {
 		t.Fatalf("pods = %+v %+v", pods[0], pods[1])
+	}
+}
+
+func TestInvalidImageName(t *testing.T) {
+	e := newEnv(t)
+	e.images.SetFakeImages(nil)
+	for _, image := range []string{"Busybox:1.36", "busy box", "registry:5000/app:bad tag", "app@sha256:short"} {
+		res := e.sync(imagePod(image, ""))
+		w := res.Waiting["a"]
+		if w.Reason != "InvalidImageName" || !strings.Contains(w.Message, `Failed to apply default image tag "`+image+`"`) {
+			t.Errorf("%q: waiting = %+v", image, w)
+		}
+	}
+	if !e.rec.has("Warning InspectFailed Failed to apply default image tag") {
+		t.Fatalf("events:\n%s", e.rec)
+	}
+	for _, c := range e.images.Called {
+		if c == "PullImage" || c == "ImageStatus" {
+			t.Fatalf("the runtime was asked about an invalid image name: %v", e.images.Called)
+		}
+	}
+}
+
+func TestPullParallelism(t *testing.T) {
+	cases := []struct {
+		serialize bool
+		max, want int
+	}{{true, 0, 1}, {true, 1, 1}, {false, 0, -1}, {false, 3, 3}}
+	for _, tc := range cases {
+		if got := PullParallelism(tc.serialize, tc.max); got != tc.want {
+			t.Errorf("PullParallelism(%v, %d) = %d, want %d", tc.serialize, tc.max, got, tc.want)
+		}
+	}
+}
+
+// gatedImages blocks every PullImage until the test lets it finish and
+// records how many ran at once.
+type gatedImages struct {
+	Images
+	mu          sync.Mutex
+	inFlight    int
+	maxInFlight int
+	entered     chan string
+	release     chan struct{}
+}
+
+func (g *gatedImages) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, sb *runtimeapi.PodSandboxConfig) (string, error) {
+	g.mu.Lock()
+	g.inFlight++
+	g.maxInFlight = max(g.maxInFlight, g.inFlight)
+	g.mu.Unlock()
+	g.entered <- spec.GetImage()
+	<-g.release
+	g.mu.Lock()
+	g.inFlight--
+	g.mu.Unlock()
+	return g.Images.PullImage(ctx, spec, auth, sb)
+}
+
+func pullConcurrently(t *testing.T, parallel int) *gatedImages {
+	t.Helper()
+	fake := critest.NewFakeImageService()
+	fake.SetFakeImages(nil)
+	g := &gatedImages{Images: fake, entered: make(chan string, 2), release: make(chan struct{})}
+	e := newEnv(t, func(c *Config) { c.Images = g; c.MaxParallelImagePulls = parallel })
+	var wg sync.WaitGroup
+	for i, image := range []string{"app-one:v1", "app-two:v1"} {
+		pod := imagePod(image, v1.PullAlways)
+		pod.UID = types.UID(fmt.Sprintf("uid-%d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if reason, msg, _ := e.m.ensureImage(context.Background(), pod, &pod.Spec.Containers[0], nil); reason != "" {
+				t.Errorf("ensureImage(%s) = %s %s", image, reason, msg)
+			}
+		}()
+	}
+	t.Cleanup(wg.Wait)
+	return g
+}
+
+func TestImagePullsAreSerializedByDefault(t *testing.T) {
+	g := pullConcurrently(t, 0)
+	for range 2 {
+		select {
+		case <-g.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("a pull never started")
+		}
+		g.release <- struct{}{} // let this pull finish before the other may start
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.maxInFlight != 1 {
+		t.Fatalf("%d pulls ran at once, want 1 (serialized)", g.maxInFlight)
+	}
+}
+
+func TestImagePullsInParallelWhenAllowed(t *testing.T) {
+	g := pullConcurrently(t, 2)
+	// Both pulls must be in flight together: neither is released before
+	// the other has started.
+	for range 2 {
+		select {
+		case <-g.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the second pull waited for the first although 2 may run at once")
+		}
+	}
+	close(g.release)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.maxInFlight != 2 {
+		t.Fatalf("maxInFlight = %d, want 2", g.maxInFlight)
 	}
 }

@@ -88,6 +88,10 @@ type Config struct {
 	NodeAllocatable v1.ResourceList
 	// RuntimeHandler is passed to RunPodSandbox. Default "".
 	RuntimeHandler string
+	// MaxParallelImagePulls bounds concurrent image pulls: 0 (default)
+	// or 1 serializes them like the kubelet's serializeImagePulls, -1
+	// removes the limit. See PullParallelism.
+	MaxParallelImagePulls int
 
 	// Optional hooks; nil means none.
 	PodCgroups       PodCgroups
@@ -130,6 +134,7 @@ type Manager struct {
 	clock        clock.Clock
 	crashBackoff *backoff
 	imageBackoff *backoff
+	pulls        pullLimiter
 	hookClient   *http.Client
 }
 
@@ -156,6 +161,7 @@ func New(cfg Config) *Manager {
 		clock:        cfg.Clock,
 		crashBackoff: newBackoff(cfg.Clock, backoffInitial, backoffMax),
 		imageBackoff: newBackoff(cfg.Clock, backoffInitial, backoffMax),
+		pulls:        newPullLimiter(cfg.MaxParallelImagePulls),
 		// HTTP hooks talk to the pod directly: no proxy, and like the
 		// kubelet they do not verify https certificates.
 		hookClient: &http.Client{Transport: &http.Transport{
