@@ -1,0 +1,77 @@
+package cluster
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/minilet/minilet/internal/errdefs"
+)
+
+// These tests need no API server: they check the rules the package
+// applies before and between requests.
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\nusers:\n- name: u\n  user:\n    token: x\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := func() *v1.Node { return &v1.Node{} }
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"no kubeconfig", Config{NodeName: "n", NodeSource: src}},
+		{"no node name", Config{Kubeconfig: kc, NodeSource: src}},
+		{"no node source", Config{Kubeconfig: kc, NodeName: "n"}},
+		{"negative update frequency", Config{Kubeconfig: kc, NodeName: "n", NodeSource: src, NodeStatusUpdateFrequency: -1}},
+		{"negative lease", Config{Kubeconfig: kc, NodeName: "n", NodeSource: src, LeaseDurationSeconds: -1}},
+		{"missing kubeconfig file", Config{Kubeconfig: kc + ".missing", NodeName: "n", NodeSource: src}},
+	} {
+		tc.cfg.Logger = log
+		if _, err := New(tc.cfg); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want ErrInvalidArgument", tc.name, err)
+		}
+	}
+	c, err := New(Config{Kubeconfig: kc, NodeName: "n", NodeSource: src, Logger: log})
+	if err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	c.Stop() // never started: must not block
+}
+
+func TestStatusEqualIgnoresHeartbeatsAndForeignConditions(t *testing.T) {
+	ready := func(s v1.ConditionStatus, beat int64) v1.NodeCondition {
+		return v1.NodeCondition{Type: v1.NodeReady, Status: s, LastHeartbeatTime: metav1.Unix(beat, 0)}
+	}
+	foreign := v1.NodeCondition{Type: "KernelDeadlock", Status: v1.ConditionFalse}
+	cur := v1.NodeStatus{Conditions: []v1.NodeCondition{ready(v1.ConditionTrue, 1), foreign}}
+	if !statusEqual(cur, v1.NodeStatus{Conditions: []v1.NodeCondition{ready(v1.ConditionTrue, 99)}}) {
+		t.Error("a new heartbeat alone counted as a change")
+	}
+	if statusEqual(cur, v1.NodeStatus{Conditions: []v1.NodeCondition{ready(v1.ConditionFalse, 1)}}) {
+		t.Error("Ready turning False did not count as a change")
+	}
+	merged := mergeNodeStatus(cur, v1.NodeStatus{Conditions: []v1.NodeCondition{ready(v1.ConditionFalse, 2)}})
+	if len(merged.Conditions) != 2 || merged.Conditions[1].Type != "KernelDeadlock" {
+		t.Errorf("another writer's condition was dropped: %+v", merged.Conditions)
+	}
+}
+
+func TestNewerOrSame(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{{"10", "9", true}, {"9", "10", false}, {"10", "10", true}, {"11", "12", false}} {
+		if got := newerOrSame(tc.a, tc.b); got != tc.want {
+			t.Errorf("newerOrSame(%q, %q) = %v", tc.a, tc.b, got)
+		}
+	}
+}

@@ -1,0 +1,359 @@
+package clustertest
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Options configures Start.
+type Options struct {
+	// TokenNodes get a bearer token for system:node:<name> in the static
+	// token file (other nodes use client certificates).
+	TokenNodes []string
+}
+
+// Server is a running etcd and kube-apiserver pair on loopback, with
+// authorization Node,RBAC and the NodeRestriction admission plugin.
+type Server struct {
+	t        testing.TB
+	dir      string
+	URL      string // https://127.0.0.1:<port>
+	CAFile   string
+	ca       *authority
+	tokens   map[string]string // node name → token
+	admin    string            // admin token
+	apiBin   string
+	apiArgs  []string
+	etcdBin  string
+	etcdArgs []string
+
+	mu   sync.Mutex
+	api  *proc
+	etcd *proc
+
+	// Admin is a client with system:masters rights.
+	Admin kubernetes.Interface
+	// AdminConfig is Admin's configuration.
+	AdminConfig *rest.Config
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *os.File
+}
+
+// Start builds (once) and runs etcd and kube-apiserver, waits until the
+// API server is ready, and creates what no controller-manager creates
+// here: the default ServiceAccount and kube-root-ca.crt ConfigMap in the
+// default namespace. Cleanup stops both.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	SkipUnlessEnabled(t)
+	apiBin, etcdBin := Binaries(t)
+	dir, err := os.MkdirTemp("", "mlt-cluster")
+	check(t, err, "temp dir")
+	s := &Server{t: t, dir: dir, apiBin: apiBin, etcdBin: etcdBin, tokens: map[string]string{}}
+	t.Cleanup(func() {
+		s.StopAPIServer()
+		s.stopEtcd()
+		if t.Failed() {
+			t.Logf("kube-apiserver log tail:\n%s", tail(filepath.Join(dir, "kube-apiserver.log"), 40))
+		}
+		_ = os.RemoveAll(dir)
+	})
+	s.writeFiles(opts)
+	s.startEtcd()
+	s.StartAPIServer()
+	s.bootstrap("default")
+	return s
+}
+
+func randToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// writeFiles writes certificates, keys, the token file and the audit policy.
+func (s *Server) writeFiles(opts Options) {
+	t := s.t
+	ca, err := newAuthority()
+	check(t, err, "CA")
+	s.ca = ca
+	s.CAFile = filepath.Join(s.dir, "ca.crt")
+	check(t, os.WriteFile(s.CAFile, ca.pem, 0o644), "writing CA")
+	crt, key, err := ca.issue("kube-apiserver", nil, true)
+	check(t, err, "serving cert")
+	check(t, os.WriteFile(filepath.Join(s.dir, "apiserver.crt"), crt, 0o644), "writing cert")
+	check(t, os.WriteFile(filepath.Join(s.dir, "apiserver.key"), key, 0o600), "writing key")
+	check(t, writeRSAKey(filepath.Join(s.dir, "sa.key")), "service account key")
+
+	s.admin = randToken()
+	lines := []string{fmt.Sprintf("%s,admin,admin-uid,system:masters", s.admin)}
+	for _, n := range opts.TokenNodes {
+		tok := randToken()
+		s.tokens[n] = tok
+		lines = append(lines, fmt.Sprintf("%s,system:node:%s,node-%s,system:nodes", tok, n, n))
+	}
+	check(t, os.WriteFile(filepath.Join(s.dir, "tokens.csv"), []byte(strings.Join(lines, "\n")+"\n"), 0o600), "token file")
+	policy := "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"
+	check(t, os.WriteFile(filepath.Join(s.dir, "audit-policy.yaml"), []byte(policy), 0o644), "audit policy")
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort(t testing.TB) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	check(t, err, "free port")
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func (s *Server) startEtcd() {
+	client, peer := freePort(s.t), freePort(s.t)
+	clientURL := fmt.Sprintf("http://127.0.0.1:%d", client)
+	s.etcdArgs = []string{
+		"--data-dir", filepath.Join(s.dir, "etcd"),
+		"--listen-client-urls", clientURL,
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peer),
+	}
+	p := s.run(s.etcdBin, s.etcdArgs, "etcd.log")
+	s.mu.Lock()
+	s.etcd = p
+	s.mu.Unlock()
+	s.waitHTTP("etcd", p, clientURL+"/health", nil)
+	port := freePort(s.t)
+	s.URL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	s.apiArgs = []string{
+		"--etcd-servers", clientURL,
+		"--bind-address", "127.0.0.1",
+		"--advertise-address", "127.0.0.1",
+		"--secure-port", strconv.Itoa(port),
+		"--cert-dir", filepath.Join(s.dir, "certs"),
+		"--tls-cert-file", filepath.Join(s.dir, "apiserver.crt"),
+		"--tls-private-key-file", filepath.Join(s.dir, "apiserver.key"),
+		"--client-ca-file", s.CAFile,
+		"--token-auth-file", filepath.Join(s.dir, "tokens.csv"),
+		"--authorization-mode", "Node,RBAC",
+		"--enable-admission-plugins", "NodeRestriction",
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", filepath.Join(s.dir, "sa.key"),
+		"--service-account-signing-key-file", filepath.Join(s.dir, "sa.key"),
+		"--service-cluster-ip-range", "10.0.0.0/24",
+		"--endpoint-reconciler-type", "none",
+		"--audit-policy-file", filepath.Join(s.dir, "audit-policy.yaml"),
+		"--audit-log-path", filepath.Join(s.dir, "audit.log"),
+		"--profiling=false",
+	}
+}
+
+// StartAPIServer (re)starts kube-apiserver on its port and waits until it
+// is ready.
+func (s *Server) StartAPIServer() {
+	s.t.Helper()
+	p := s.run(s.apiBin, s.apiArgs, "kube-apiserver.log")
+	s.mu.Lock()
+	s.api = p
+	s.mu.Unlock()
+	cfg := &rest.Config{Host: s.URL, BearerToken: s.admin, TLSClientConfig: rest.TLSClientConfig{CAFile: s.CAFile}, QPS: -1}
+	tr, err := rest.TransportFor(cfg)
+	check(s.t, err, "admin transport")
+	s.waitHTTP("kube-apiserver", p, s.URL+"/readyz", &http.Client{Transport: tr, Timeout: 5 * time.Second})
+	if s.Admin == nil {
+		s.AdminConfig = cfg
+		s.Admin, err = kubernetes.NewForConfig(cfg)
+		check(s.t, err, "admin client")
+	}
+}
+
+// StopAPIServer stops kube-apiserver (etcd keeps running).
+func (s *Server) StopAPIServer() {
+	s.mu.Lock()
+	p := s.api
+	s.api = nil
+	s.mu.Unlock()
+	p.stop()
+}
+
+func (s *Server) stopEtcd() {
+	s.mu.Lock()
+	p := s.etcd
+	s.etcd = nil
+	s.mu.Unlock()
+	p.stop()
+}
+
+func (p *proc) stop() {
+	if p == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+	_ = p.log.Close()
+}
+
+func (s *Server) run(bin string, args []string, logName string) *proc {
+	s.t.Helper()
+	f, err := os.OpenFile(filepath.Join(s.dir, logName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	check(s.t, err, "log file")
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	check(s.t, cmd.Start(), "starting %s", bin)
+	p := &proc{cmd: cmd, done: make(chan struct{}), log: f}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	return p
+}
+
+// waitHTTP polls url until it answers 200, for up to a minute.
+func (s *Server) waitHTTP(what string, p *proc, url string, c *http.Client) {
+	s.t.Helper()
+	if c == nil {
+		c = &http.Client{Timeout: 5 * time.Second}
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			s.t.Fatalf("%s exited while starting:\n%s", what, tail(p.log.Name(), 40))
+		default:
+		}
+		resp, err := c.Get(url)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.t.Fatalf("%s not ready at %s after 90s: %s\n%s", what, url, last, tail(p.log.Name(), 40))
+}
+
+// bootstrap creates the default ServiceAccount and kube-root-ca.crt
+// ConfigMap in namespace ns (creating the namespace if needed).
+func (s *Server) bootstrap(ns string) {
+	s.t.Helper()
+	ctx := context.Background()
+	_, err := s.Admin.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		s.t.Fatalf("namespace %s: %v", ns, err)
+	}
+	_, err = s.Admin.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		s.t.Fatalf("service account default in %s: %v", ns, err)
+	}
+	_, err = s.Admin.CoreV1().ConfigMaps(ns).Create(ctx, &v1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"},
+		Data:       map[string]string{"ca.crt": string(s.ca.pem)},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		s.t.Fatalf("kube-root-ca.crt in %s: %v", ns, err)
+	}
+}
+
+// Namespace creates a namespace ready for pods and returns its name.
+func (s *Server) Namespace(name string) string {
+	s.bootstrap(name)
+	return name
+}
+
+// NodeKubeconfig writes a kubeconfig for system:node:<name> (group
+// system:nodes): with its bearer token if Options.TokenNodes named it,
+// else with a client certificate signed by the server's CA.
+func (s *Server) NodeKubeconfig(name string) string {
+	s.t.Helper()
+	user := ""
+	if tok, ok := s.tokens[name]; ok {
+		user = "    token: " + tok + "\n"
+	} else {
+		crt, key, err := s.ca.issue("system:node:"+name, []string{"system:nodes"}, false)
+		check(s.t, err, "node certificate")
+		crtPath, keyPath := filepath.Join(s.dir, name+".crt"), filepath.Join(s.dir, name+".key")
+		check(s.t, os.WriteFile(crtPath, crt, 0o644), "writing node cert")
+		check(s.t, os.WriteFile(keyPath, key, 0o600), "writing node key")
+		user = "    client-certificate: " + crtPath + "\n    client-key: " + keyPath + "\n"
+	}
+	kc := "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: " + s.URL +
+		"\n    certificate-authority: " + s.CAFile + "\nusers:\n- name: node\n  user:\n" + user +
+		"contexts:\n- name: test\n  context:\n    cluster: test\n    user: node\ncurrent-context: test\n"
+	path := filepath.Join(s.dir, name+".kubeconfig")
+	check(s.t, os.WriteFile(path, []byte(kc), 0o600), "writing kubeconfig")
+	return path
+}
+
+// AuditCounts counts the API requests user made, by verb and resource
+// (e.g. "patch pods/status"), from the audit log.
+func (s *Server) AuditCounts(user string) map[string]int {
+	s.t.Helper()
+	f, err := os.Open(filepath.Join(s.dir, "audit.log"))
+	check(s.t, err, "audit log")
+	defer func() { _ = f.Close() }()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var ev struct {
+			Stage string `json:"stage"`
+			Verb  string `json:"verb"`
+			User  struct {
+				Username string `json:"username"`
+			} `json:"user"`
+			ObjectRef struct {
+				Resource    string `json:"resource"`
+				Subresource string `json:"subresource"`
+			} `json:"objectRef"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != user || ev.Stage != "ResponseComplete" {
+			continue
+		}
+		key := ev.Verb + " " + ev.ObjectRef.Resource
+		if ev.ObjectRef.Subresource != "" {
+			key += "/" + ev.ObjectRef.Subresource
+		}
+		out[key]++
+	}
+	return out
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

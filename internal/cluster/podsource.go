@@ -1,0 +1,236 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/podsource"
+	"github.com/minilet/minilet/internal/podspec"
+)
+
+// podSource watches the pods bound to the node and sends full snapshots.
+type podSource struct {
+	c        *Cluster
+	informer cache.SharedIndexInformer
+	updates  chan podsource.Update
+	changed  chan struct{}
+}
+
+func newPodSource(c *Cluster) *podSource {
+	sel := fields.OneTermEqualSelector("spec.nodeName", c.cfg.NodeName).String()
+	lw := cache.NewFilteredListWatchFromClient(c.watch.CoreV1().RESTClient(), "pods", metav1.NamespaceAll,
+		func(o *metav1.ListOptions) { o.FieldSelector = sel })
+	inf := cache.NewSharedIndexInformer(lw, &v1.Pod{}, 0, cache.Indexers{})
+	s := &podSource{c: c, informer: inf, updates: make(chan podsource.Update, 1), changed: make(chan struct{}, 1)}
+	notify := func(any) { s.poke() }
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, n any) { notify(n) },
+		DeleteFunc: notify,
+	})
+	return s
+}
+
+func (s *podSource) poke() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Updates delivers the full set of API pods bound to this node (mirror
+// pods excluded) each time it changes; the first one comes once the
+// informer has listed. Snapshots coalesce: a slow reader gets the latest.
+func (c *Cluster) Updates() <-chan podsource.Update { return c.pods.updates }
+
+// run drives the informer and turns its changes into snapshots.
+func (s *podSource) run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { defer close(done); s.informer.Run(ctx.Done()) }()
+	defer func() { <-done }()
+	if !cache.WaitForCacheSync(ctx.Done(), s.informer.HasSynced) {
+		return
+	}
+	s.c.log.Info("pods from the API server listed", "node", s.c.cfg.NodeName)
+	s.poke()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.changed:
+		}
+		u := podsource.Update{Source: SourceAPI, Pods: s.snapshot()}
+		// Replace an unread snapshot with the newer one.
+		select {
+		case <-s.updates:
+		default:
+		}
+		select {
+		case s.updates <- u:
+		case <-ctx.Done():
+			return
+		}
+		s.c.status.poke() // a newer API pod may make a queued status write due
+	}
+}
+
+// snapshot is the API pods the agent should run: deep copies, oldest
+// first, mirror pods left out, each annotated with its source.
+func (s *podSource) snapshot() []*v1.Pod {
+	var out []*v1.Pod
+	for _, o := range s.informer.GetStore().List() {
+		p, ok := o.(*v1.Pod)
+		if !ok || IsMirrorPod(p) {
+			continue
+		}
+		p = p.DeepCopy()
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[podspec.AnnotationConfigSource] = SourceAPI
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreationTimestamp.Equal(&out[j].CreationTimestamp) {
+			return out[i].CreationTimestamp.Before(&out[j].CreationTimestamp)
+		}
+		return out[i].UID < out[j].UID
+	})
+	return out
+}
+
+// cached returns the API server's pod namespace/name as last watched.
+func (s *podSource) cached(namespace, name string) (*v1.Pod, bool) {
+	o, ok, err := s.informer.GetStore().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	p, ok := o.(*v1.Pod)
+	return p, ok
+}
+
+// IsMirrorPod reports whether p is the API server's mirror of a static pod.
+func IsMirrorPod(p *v1.Pod) bool {
+	_, ok := p.Annotations[podspec.AnnotationConfigMirror]
+	return ok
+}
+
+// FinalizeDeletion removes a gracefully deleted API pod for good (grace
+// period 0, guarded by its UID) once the agent has stopped all of its
+// containers. Its last status is written first. A pod already gone is
+// not an error.
+func (c *Cluster) FinalizeDeletion(ctx context.Context, pod *v1.Pod) error {
+	c.status.flushPod(ctx, pod.UID)
+	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      metav1.NewUIDPreconditions(string(pod.UID)),
+	})
+	c.status.forget(pod.UID)
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone, or replaced by a new pod of the same name
+	}
+	return classify(err, "deleting pod "+pod.Namespace+"/"+pod.Name)
+}
+
+// SyncMirrorPod makes the API server's mirror of a static pod match it:
+// created when missing, recreated when the static pod's config hash
+// changed. A non-mirror pod of the same name is left alone.
+func (c *Cluster) SyncMirrorPod(ctx context.Context, static *v1.Pod) error {
+	hash := static.Annotations[podspec.AnnotationConfigHash]
+	if hash == "" {
+		hash = string(static.UID)
+	}
+	pods := c.client.CoreV1().Pods(static.Namespace)
+	if cur, ok := c.pods.cached(static.Namespace, static.Name); ok {
+		if !IsMirrorPod(cur) {
+			return fmt.Errorf("mirror of static pod %s/%s: a pod of that name exists and is not a mirror pod: %w",
+				static.Namespace, static.Name, errdefs.ErrAlreadyExists)
+		}
+		if cur.Annotations[podspec.AnnotationConfigMirror] == hash && cur.DeletionTimestamp == nil {
+			return nil
+		}
+		if err := c.deleteMirror(ctx, cur); err != nil {
+			return err
+		}
+	}
+	owner, err := c.nodeOwner()
+	if err != nil {
+		return err
+	}
+	mirror := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: static.Name, Namespace: static.Namespace,
+			Labels:          static.Labels,
+			Annotations:     map[string]string{},
+			OwnerReferences: []metav1.OwnerReference{owner},
+		},
+		Spec: *static.Spec.DeepCopy(),
+	}
+	for k, v := range static.Annotations {
+		mirror.Annotations[k] = v
+	}
+	mirror.Annotations[podspec.AnnotationConfigMirror] = hash
+	mirror.Spec.NodeName = c.cfg.NodeName
+	_, err = pods.Create(ctx, mirror, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil // the watch has not shown it to us yet
+	}
+	return classify(err, "creating mirror pod "+static.Namespace+"/"+static.Name)
+}
+
+// DeleteMirrorPod removes the mirror of a static pod that went away.
+func (c *Cluster) DeleteMirrorPod(ctx context.Context, namespace, name string) error {
+	cur, ok := c.pods.cached(namespace, name)
+	if !ok || !IsMirrorPod(cur) {
+		return nil
+	}
+	return c.deleteMirror(ctx, cur)
+}
+
+// CleanupMirrorPods deletes mirror pods whose static pod is not in
+// static (left by a static pod removed while the agent was down).
+func (c *Cluster) CleanupMirrorPods(ctx context.Context, static []*v1.Pod) error {
+	keep := map[string]bool{}
+	for _, p := range static {
+		keep[p.Namespace+"/"+p.Name] = true
+	}
+	var firstErr error
+	for _, o := range c.pods.informer.GetStore().List() {
+		p, ok := o.(*v1.Pod)
+		if !ok || !IsMirrorPod(p) || keep[p.Namespace+"/"+p.Name] {
+			continue
+		}
+		if err := c.deleteMirror(ctx, p); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+func (c *Cluster) deleteMirror(ctx context.Context, mirror *v1.Pod) error {
+	err := c.client.CoreV1().Pods(mirror.Namespace).Delete(ctx, mirror.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      metav1.NewUIDPreconditions(string(mirror.UID)),
+	})
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return classify(err, "deleting mirror pod "+mirror.Namespace+"/"+mirror.Name)
+}
+
+// isStatic reports whether the agent's pod came from a file or URL
+// rather than the API server.
+func isStatic(p *v1.Pod) bool {
+	src := p.Annotations[podspec.AnnotationConfigSource]
+	return src != "" && src != SourceAPI
+}
+
