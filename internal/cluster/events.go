@@ -18,7 +18,7 @@ import (
 // eventBurst (a client of its own), and errors carry errdefs classes so an
 // events.RetryWriter knows what to retry.
 type EventSink struct {
-	client  kubernetes.Interface
+	client kubernetes.Interface
 }
 
 var _ events.Sink = (*EventSink)(nil)

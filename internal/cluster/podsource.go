@@ -233,4 +233,3 @@ func isStatic(p *v1.Pod) bool {
 	src := p.Annotations[podspec.AnnotationConfigSource]
 	return src != "" && src != SourceAPI
 }
-
