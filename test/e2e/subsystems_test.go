@@ -252,6 +252,12 @@ spec:
     command: ["/bin/sh", "-c", "echo devices=$EXAMPLE_DEVICES; exec sleep 1000"]
     resources: {limits: {example.com/dev: 1}}
 `)
+	dev := a.Static("dev")
+	a.Eventually("dev logs its device", func() (bool, string) {
+		var s string
+		err := a.Get("/containerLogs/default/"+dev+"/main", &s)
+		return err == nil && (strings.Contains(s, "devices=d1") || strings.Contains(s, "devices=d2")), fmt.Sprint(s, err)
+	})
 	a.WriteManifest("greedy.yaml", `
 apiVersion: v1
 kind: Pod
@@ -263,12 +269,6 @@ spec:
     command: ["sleep", "1000"]
     resources: {limits: {example.com/dev: 2}}
 `)
-	dev := a.Static("dev")
-	a.Eventually("dev logs its device", func() (bool, string) {
-		var s string
-		err := a.Get("/containerLogs/default/"+dev+"/main", &s)
-		return err == nil && (strings.Contains(s, "devices=d1") || strings.Contains(s, "devices=d2")), fmt.Sprint(s, err)
-	})
 	a.Eventually("greedy rejected: only one device is left", func() (bool, string) {
 		p, ok := a.Pod(a.Static("greedy"))
 		return ok && p.Status.Phase == v1.PodFailed && p.Status.Reason == "UnexpectedAdmissionError", describe(p, ok)

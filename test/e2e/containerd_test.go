@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minilet/minilet/internal/cri/remote"
+	"github.com/minilet/minilet/test/harness"
+)
+
+// The agent on containerd, through the CRI socket. These tests share one
+// containerd (MINILET_CONTAINERD_ENDPOINT, started by `make test`) with
+// other packages' tests, so every pod name is unique to its test, and the
+// harness removes the agent's sandboxes when the test ends.
+
+// containerdAgent starts an agent on the shared containerd.
+func containerdAgent(t *testing.T) *harness.Agent {
+	t.Helper()
+	requireRoot(t)
+	harness.ContainerdEndpoint(t)
+	a := harness.New(t)
+	a.UseContainerd()
+	a.Start()
+	return a
+}
+
+// criClient connects the test itself to the shared containerd, to check
+// what the runtime sees independently of the agent.
+func criClient(t *testing.T) *remote.Runtime {
+	t.Helper()
+	rt, err := remote.New(context.Background(), remote.Config{Endpoint: harness.ContainerdEndpoint(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	return rt
+}
+
+func TestContainerdProbedWebServerBecomesReady(t *testing.T) {
+	a := containerdAgent(t)
+	port := freePort(t)
+	a.WriteManifest("cweb.yaml", fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: cweb}
+spec:
+  hostNetwork: true
+  containers:
+  - name: httpd
+    image: %s
+    imagePullPolicy: IfNotPresent
+    command: ["/bin/sh", "-c", "echo serving; exec httpd -f -p 127.0.0.1:%d -h /var/www"]
+    readinessProbe:
+      httpGet: {host: 127.0.0.1, port: %d, path: /index.html}
+      periodSeconds: 1
+    livenessProbe:
+      exec: {command: ["/bin/sh", "-c", "test -f /var/www/index.html"]}
+      periodSeconds: 1
+`, harness.BusyboxImage, port, port))
+	name := a.Static("cweb")
+	a.Eventually("cweb Running and Ready on containerd", func() (bool, string) {
+		p, ok := a.Pod(name)
+		s, _ := containerStatus(p, "httpd")
+		return ok && p.Status.Phase == v1.PodRunning && s.Ready && s.State.Running != nil, describe(p, ok)
+	})
+	p, _ := a.Pod(name)
+	s, _ := containerStatus(p, "httpd")
+	if !strings.HasPrefix(s.ContainerID, "containerd://") {
+		t.Errorf("containerID = %q, want containerd://...", s.ContainerID)
+	}
+	if s.ImageID == "" || !strings.Contains(s.Image, "minilet.test/busybox") {
+		t.Errorf("image %q imageID %q, want the busybox image and its ID", s.Image, s.ImageID)
+	}
+	a.Eventually("the container's log through the API", func() (bool, string) {
+		var out string
+		err := a.Get("/containerLogs/default/"+name+"/httpd", &out)
+		return err == nil && strings.Contains(out, "serving"), fmt.Sprint(out, err)
+	})
+	// The container runs in containerd, not as a child of the agent.
+	rt := criClient(t)
+	id := strings.TrimPrefix(s.ContainerID, "containerd://")
+	st, err := rt.ContainerStatus(context.Background(), id, false)
+	if err != nil || st.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("containerd's view of %s: %v, %v; want RUNNING", id, st, err)
+	}
+}
+
+func TestContainerdCrashLoopKeepsTheExitCode(t *testing.T) {
+	a := containerdAgent(t)
+	a.WriteManifest("ccrash.yaml", fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: ccrash}
+spec:
+  containers:
+  - {name: main, image: %s, imagePullPolicy: IfNotPresent, command: ["/bin/sh", "-c", "echo dying; exit 3"]}
+`, harness.BusyboxImage))
+	name := a.Static("ccrash")
+	a.Eventually("CrashLoopBackOff with exit code 3 in lastState", func() (bool, string) {
+		p, ok := a.Pod(name)
+		s, _ := containerStatus(p, "main")
+		w := s.State.Waiting
+		last := s.LastTerminationState.Terminated
+		return ok && w != nil && w.Reason == "CrashLoopBackOff" && last != nil && last.ExitCode == 3 &&
+			last.Reason == "Error" && s.RestartCount >= 1, describe(p, ok)
+	})
+}
+
+func TestContainerdOOMKill(t *testing.T) {
+	a := containerdAgent(t)
+	a.WriteManifest("coom.yaml", fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: coom}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: hog
+    image: %s
+    imagePullPolicy: IfNotPresent
+    # tail buffers a line that never ends: memory grows until the limit.
+    command: ["tail", "/dev/zero"]
+    resources:
+      limits: {memory: 32Mi}
+`, harness.BusyboxImage))
+	name := a.Static("coom")
+	a.Eventually("the hog OOMKilled with exit code 137", func() (bool, string) {
+		p, ok := a.Pod(name)
+		s, _ := containerStatus(p, "hog")
+		term := s.State.Terminated
+		return ok && term != nil && term.Reason == "OOMKilled" && term.ExitCode == 137 && p.Status.Phase == v1.PodFailed, describe(p, ok)
+	})
+}
+
+func TestContainerdAgentRestartKeepsContainersRunning(t *testing.T) {
+	a := containerdAgent(t)
+	a.WriteManifest("ckeep.yaml", fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: ckeep}
+spec:
+  initContainers:
+  - {name: once, image: %[1]s, imagePullPolicy: IfNotPresent, command: ["true"]}
+  containers:
+  - {name: main, image: %[1]s, imagePullPolicy: IfNotPresent, command: ["sleep", "1000"]}
+`, harness.BusyboxImage))
+	name := a.Static("ckeep")
+	var before, init v1.ContainerStatus
+	a.Eventually("ckeep Running", func() (bool, string) {
+		p, ok := a.Pod(name)
+		before, _ = containerStatus(p, "main")
+		init, _ = containerStatus(p, "once")
+		return ok && p.Status.Phase == v1.PodRunning && before.State.Running != nil && init.State.Terminated != nil, describe(p, ok)
+	})
+	rt := criClient(t)
+	id := strings.TrimPrefix(before.ContainerID, "containerd://")
+	startedAt := func() int64 {
+		st, err := rt.ContainerStatus(context.Background(), id, false)
+		if err != nil || st.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			t.Fatalf("containerd's view of %s: %v, %v; want RUNNING", id, st, err)
+		}
+		return st.GetStatus().GetStartedAt()
+	}
+	started := startedAt()
+
+	a.Stop()
+	if got := startedAt(); got != started {
+		t.Fatalf("stopping the agent restarted the container (startedAt %d, then %d)", started, got)
+	}
+	a.Start()
+	a.Eventually("the same container Running after the restart", func() (bool, string) {
+		p, ok := a.Pod(name)
+		s, _ := containerStatus(p, "main")
+		i, _ := containerStatus(p, "once")
+		return ok && p.Status.Phase == v1.PodRunning && s.ContainerID == before.ContainerID && s.RestartCount == 0 &&
+			s.State.Running != nil && i.ContainerID == init.ContainerID, describe(p, ok)
+	})
+	if got := startedAt(); got != started {
+		t.Errorf("the agent restart restarted the container (startedAt %d, then %d)", started, got)
+	}
+	list, err := rt.ListContainers(context.Background(), &runtimeapi.ContainerFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(mustPod(t, a, name).UID)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 {
+		t.Errorf("containerd has %d containers for the pod, want 2 (init + main, none re-created): %v", len(list), list)
+	}
+}
+
+func mustPod(t *testing.T, a *harness.Agent, name string) v1.Pod {
+	t.Helper()
+	p, ok := a.Pod(name)
+	if !ok {
+		t.Fatalf("pod %s not listed", name)
+	}
+	return p
+}
