@@ -21,6 +21,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/minilet/minilet/internal/cri/remote"
 )
 
 // Deadline is how long a test waits for a condition. It is generous on
@@ -414,4 +416,80 @@ func (a *Agent) Node() v1.Node {
 		a.t.Logf("GET /node: %v", err)
 	}
 	return n
+}
+
+// ContainerdEnv names the environment variable holding the CRI endpoint of
+// the shared test containerd (scripts/containerd-up.sh prints it; `make
+// test` exports it).
+const ContainerdEnv = "MINILET_CONTAINERD_ENDPOINT"
+
+// Images scripts/containerd-up.sh builds into the test containerd.
+const (
+	// BusyboxImage holds Debian's busybox-static with its applet links
+	// (sh, httpd, nc, wget, ...); no python3.
+	BusyboxImage = "minilet.test/busybox:latest"
+	// PythonImage is BusyboxImage plus Debian's minimal python3.
+	PythonImage = "minilet.test/python:latest"
+)
+
+// ContainerdEndpoint returns the test containerd's CRI endpoint, or skips
+// t when none is configured.
+func ContainerdEndpoint(t testing.TB) string {
+	t.Helper()
+	ep := os.Getenv(ContainerdEnv)
+	if ep == "" {
+		t.Skip(ContainerdEnv + " is not set: run scripts/containerd-up.sh and export the unix:// endpoint it prints (make test does both)")
+	}
+	return ep
+}
+
+// UseContainerd makes the agent run its pods on the test containerd (it
+// skips t without one). When the test ends, the agent is stopped and every
+// sandbox it made is removed from containerd, which is shared with other
+// tests.
+func (a *Agent) UseContainerd() {
+	a.t.Helper()
+	ep := ContainerdEndpoint(a.t)
+	a.ExtraArgs = append(a.ExtraArgs, "--container-runtime-endpoint", ep)
+	a.t.Cleanup(func() {
+		a.Stop()
+		removeSandboxes(a.t, ep, a.RootDir)
+	})
+}
+
+// removeSandboxes removes the sandboxes whose log directory is under
+// rootDir, i.e. those one agent made.
+func removeSandboxes(t testing.TB, endpoint, rootDir string) {
+	ctx, cancel := context.WithTimeout(context.Background(), Deadline)
+	defer cancel()
+	rt, err := remote.New(ctx, remote.Config{Endpoint: endpoint, RequestTimeout: Deadline})
+	if err != nil {
+		t.Errorf("cleanup: connecting to %s: %v", endpoint, err)
+		return
+	}
+	defer rt.Close(ctx) //nolint:errcheck // best-effort cleanup
+	list, err := rt.ListPodSandbox(ctx, nil)
+	if err != nil {
+		t.Errorf("cleanup: listing sandboxes: %v", err)
+		return
+	}
+	for _, sb := range list {
+		st, err := rt.PodSandboxStatus(ctx, sb.GetId(), true)
+		if err != nil {
+			continue
+		}
+		var info struct {
+			Config struct {
+				LogDirectory string `json:"log_directory"`
+			} `json:"config"`
+		}
+		if json.Unmarshal([]byte(st.GetInfo()["info"]), &info) != nil ||
+			!strings.HasPrefix(info.Config.LogDirectory, rootDir+string(filepath.Separator)) {
+			continue
+		}
+		_ = rt.StopPodSandbox(ctx, sb.GetId())
+		if err := rt.RemovePodSandbox(ctx, sb.GetId()); err != nil {
+			t.Errorf("cleanup: removing sandbox %s: %v", sb.GetId(), err)
+		}
+	}
 }
