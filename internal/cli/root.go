@@ -66,6 +66,7 @@ func AddCommands(root *cobra.Command, opts Options) {
 		newLogsCommand(env),
 		newTopCommand(env),
 		newVersionCommand(),
+		newImageCommand(),
 	)
 }
 

@@ -120,7 +120,7 @@ func (u *unpacker) entry(hdr *tar.Header, tr io.Reader) (layerStats, error) {
 	}
 	if hdr.Typeflag != tar.TypeDir {
 		// A later entry replaces an earlier one of the same name.
-		if fi, err := os.Lstat(dst); err == nil && !(fi.IsDir() && hdr.Typeflag == tar.TypeDir) {
+		if fi, err := os.Lstat(dst); err == nil && (!fi.IsDir() || hdr.Typeflag != tar.TypeDir) {
 			if err := os.RemoveAll(dst); err != nil {
 				return st, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 			}
