@@ -35,7 +35,7 @@ func newImageCommand() *cobra.Command {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
-			var in io.Reader = cmd.InOrStdin()
+			in := cmd.InOrStdin()
 			if args[0] != "-" {
 				f, err := os.Open(args[0])
 				if err != nil {
