@@ -19,8 +19,19 @@ lint:
 	./scripts/install-tools.sh
 	$(LINT) run ./...
 
+# Every test runs on both runtimes: the embedded one, and containerd through
+# the CRI socket. scripts/containerd-up.sh installs and starts a private
+# containerd (failing loudly if it cannot: CI must cover both runtimes);
+# it is stopped afterwards, also when tests fail, keeping their status.
+CONTAINERD_STATE ?= /tmp/minilet-containerd
+
 unit:
-	$(GO) test -race -count=1 -timeout 15m ./...
+	@ep=$$(./scripts/containerd-up.sh $(CONTAINERD_STATE) | tail -n 1); \
+	case "$$ep" in unix://*) ;; *) echo "make unit: containerd could not be started (see above); the containerd tests cannot run" >&2; ./scripts/containerd-down.sh $(CONTAINERD_STATE); exit 1 ;; esac; \
+	trap './scripts/containerd-down.sh $(CONTAINERD_STATE)' EXIT; \
+	trap 'exit 130' INT TERM; \
+	echo "make unit: containerd at $$ep"; \
+	MINILET_CONTAINERD_ENDPOINT=$$ep $(GO) test -race -count=1 -timeout 15m ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./bench/
