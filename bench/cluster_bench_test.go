@@ -101,8 +101,8 @@ func BenchmarkClusterPodStartup(b *testing.B) {
 			continue
 		}
 		res := k[strings.Index(k, " ")+1:]
-		switch {
-		case res == "pods" || res == "pods/status" || res == "events":
+		switch res {
+		case "pods", "pods/status", "events":
 			perPod[k] = d / float64(n)
 			total += d / float64(n)
 		default:
