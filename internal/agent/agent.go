@@ -126,6 +126,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		startedAt:    clk.Now(),
 		nodeConds:    nodeConditions{since: map[v1.NodeConditionType]time.Time{}, last: map[v1.NodeConditionType]v1.ConditionStatus{}},
 	}
+	a.pods.saved = newStatusFiles(filepath.Join(cfg.RootDir, "pods"), log)
 	a.nodeIP = hostIP(ipString(cfg.NodeIP))
 	var err error
 	if a.metrics, err = newAgentMetrics(reg, cfg.NodeName); err != nil {

@@ -18,6 +18,7 @@ type podState struct {
 	leaving  map[types.UID]*v1.Pod // deleted from the sources, not yet terminated
 	rejected map[types.UID]bool    // failed admission: never run
 	statuses map[types.UID]v1.PodStatus
+	saved    *statusFiles // may be nil (tests)
 }
 
 func newPodState() *podState {
@@ -40,22 +41,31 @@ func (s *podState) pod(uid types.UID) (*v1.Pod, bool) {
 	return p, ok
 }
 
+// status returns the last status of a pod: this run's, else the one the
+// previous run saved.
 func (s *podState) status(uid types.UID) (v1.PodStatus, bool) {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
 	st, ok := s.statuses[uid]
+	s.mu.RUnlock()
+	if !ok && s.saved != nil {
+		return s.saved.restoredStatus(uid)
+	}
 	return st, ok
 }
 
+// setStatus publishes a pod's status and saves it for the next run. Only
+// the pod's worker calls it, so saves of one pod never race.
 func (s *podState) setStatus(uid types.UID, st v1.PodStatus) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, known := s.desired[uid]; !known {
-		if _, leaving := s.leaving[uid]; !leaving {
-			return // forgotten meanwhile: do not resurrect
-		}
+	_, known := s.desired[uid]
+	_, leaving := s.leaving[uid]
+	if known || leaving {
+		s.statuses[uid] = st
 	}
-	s.statuses[uid] = st
+	s.mu.Unlock()
+	if (known || leaving) && s.saved != nil {
+		s.saved.save(uid, st)
+	}
 }
 
 // GetPodStatus implements the prober's status provider.
@@ -180,6 +190,9 @@ func (s *podState) forget(uid types.UID) {
 	delete(s.leaving, uid)
 	delete(s.rejected, uid)
 	delete(s.statuses, uid)
+	if s.saved != nil {
+		s.saved.remove(uid)
+	}
 }
 
 // sourceAnnotation names the source a pod came from, as the kubelet does.

@@ -135,6 +135,9 @@ func (a *Agent) startProber(ctx context.Context, reg prometheus.Registerer, log 
 		Recorder:   a.recorder,
 		Logger:     log,
 		Registerer: reg,
+		LastReadiness: func(containerID string) bool {
+			return a.pods.saved.wasReady(containerID)
+		},
 	})
 	if err != nil {
 		return err

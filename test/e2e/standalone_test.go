@@ -288,9 +288,13 @@ spec:
 `, pidFile))
 	name := a.Static("keep")
 	var before v1.ContainerStatus
+	var startTime string
 	a.Eventually("keep Running", func() (bool, string) {
 		p, ok := a.Pod(name)
 		before, _ = containerStatus(p, "main")
+		if p.Status.StartTime != nil {
+			startTime = p.Status.StartTime.String()
+		}
 		return ok && p.Status.Phase == v1.PodRunning && before.ContainerID != "", describe(p, ok)
 	})
 	var pid int
@@ -311,6 +315,9 @@ spec:
 	})
 	if err := syscall.Kill(pid, 0); err != nil {
 		t.Fatalf("container process %d gone after the agent restart: %v", pid, err)
+	}
+	if p, _ := a.Pod(name); p.Status.StartTime == nil || p.Status.StartTime.String() != startTime {
+		t.Errorf("pod startTime changed across the agent restart: %v, was %s", p.Status.StartTime, startTime)
 	}
 	b, _ := os.ReadFile(pidFile + ".init")
 	if string(b) != "init\n" {

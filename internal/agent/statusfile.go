@@ -1,0 +1,117 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// statusFiles keeps each pod's last status on disk
+// (<root-dir>/pods/<uid>/status.json) so a restarted agent starts from what
+// it last published: start times, condition transition times and readiness
+// survive, and readiness does not flap while probes catch up.
+type statusFiles struct {
+	dir string
+	log *slog.Logger
+
+	mu       sync.Mutex
+	restored map[types.UID]v1.PodStatus // read at start, consumed on first use
+	written  map[types.UID][]byte
+}
+
+func newStatusFiles(dir string, log *slog.Logger) *statusFiles {
+	s := &statusFiles{dir: dir, log: log, restored: map[types.UID]v1.PodStatus{}, written: map[types.UID][]byte{}}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return s
+	}
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name(), "status.json")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		var st v1.PodStatus
+		if err := json.Unmarshal(b, &st); err != nil {
+			log.Warn("ignoring an unreadable saved pod status", "path", path, "err", err)
+			continue
+		}
+		s.restored[types.UID(e.Name())] = st
+	}
+	return s
+}
+
+// restoredStatus returns the status a previous run saved for uid.
+func (s *statusFiles) restoredStatus(uid types.UID) (v1.PodStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.restored[uid]
+	return st, ok
+}
+
+// wasReady reports whether a container was ready when the last run saved
+// its pod's status.
+func (s *statusFiles) wasReady(containerID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.restored {
+		for _, c := range st.ContainerStatuses {
+			if c.ContainerID == containerID {
+				return c.Ready
+			}
+		}
+	}
+	return false
+}
+
+// save writes a pod's status when it changed since the last write.
+func (s *statusFiles) save(uid types.UID, st v1.PodStatus) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	same := string(s.written[uid]) == string(b)
+	s.written[uid] = b
+	s.mu.Unlock()
+	if same {
+		return
+	}
+	if err := writeFileAtomic(filepath.Join(s.dir, string(uid), "status.json"), b); err != nil {
+		s.log.Warn("saving pod status failed", "uid", uid, "err", err)
+	}
+}
+
+// remove forgets a pod for good.
+func (s *statusFiles) remove(uid types.UID) {
+	s.mu.Lock()
+	delete(s.restored, uid)
+	delete(s.written, uid)
+	s.mu.Unlock()
+	err := os.Remove(filepath.Join(s.dir, string(uid), "status.json"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("removing saved pod status failed", "uid", uid, "err", err)
+	}
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o640); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("renaming %s: %w", tmp, err)
+	}
+	return nil
+}
