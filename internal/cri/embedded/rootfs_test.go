@@ -219,3 +219,29 @@ func TestRootfsContainer(t *testing.T) {
 		}
 	})
 }
+
+// TestRootfsContainerCopyFallback runs a container on a private copy of the
+// image, as on kernels where overlayfs cannot be mounted.
+func TestRootfsContainerCopyFallback(t *testing.T) {
+	requireRoot(t)
+	r := newTestRuntime(t, t.TempDir())
+	r.overlayOnce.Do(func() {}) // overlay "unavailable": overlayOK stays false
+	loadProbeImage(t, r, "example.com/probe:copy", v1.Config{Entrypoint: []string{"/bin/probe"}})
+	sb, _ := testSandbox(t, r)
+	st, lines := runToExit(t, r, sb, imageContainerConfig("ls", "example.com/probe:copy", nil, []string{"ls", "/"}))
+	if st.ExitCode != 0 || len(lines) != 1 || lines[0] != "stdout bin dev etc image-marker proc sys tmp" {
+		t.Fatalf("exit %d, log %q", st.ExitCode, lines)
+	}
+	runToExit(t, r, sb, imageContainerConfig("w", "example.com/probe:copy", nil, []string{"write", "/image-marker", "changed"}))
+	_, lines = runToExit(t, r, sb, imageContainerConfig("r", "example.com/probe:copy", nil, []string{"cat", "/image-marker"}))
+	if len(lines) != 1 || lines[0] != "stdout from the image" {
+		t.Fatalf("a write of one container leaked into the image: %q", lines)
+	}
+	list, _ := r.ListContainers(context.Background(), nil)
+	for _, c := range list {
+		rc, _ := r.getContainer(c.Id)
+		if rc.rec.Rootfs == nil || !rc.rec.Rootfs.Copy {
+			t.Fatalf("container %s did not use a copy", c.Id)
+		}
+	}
+}

@@ -6,7 +6,12 @@
 // and records its exit status, so containers outlive agent restarts.
 //
 // Pods share the host network; the image "host" (or "") is the host's root
-// filesystem. State lives in JSON files under <RootDir>/runtime.
+// filesystem. Other images come from registries (PullImage) or archives
+// (LoadArchive) into an image store of unpacked layers (imagestore.go);
+// containers from them run through a container init (init.go) in their own
+// mount, PID, UTS and IPC namespaces on an overlay of the image's layers
+// under a writable layer of their own. State lives in JSON files under
+// <RootDir>/runtime.
 package embedded
 
 import (
