@@ -181,7 +181,11 @@ cri_ok || die "containerd answers but its CRI plugin is not ok: $("${CTR[@]}" pl
 
 # --- 3. images -------------------------------------------------------------
 have_image() {
-	"${CTR[@]}" -n k8s.io images ls -q 2>/dev/null | grep -qx "$1"
+	# Not `ctr | grep -q`: grep exiting early would SIGPIPE ctr and, with
+	# pipefail, fail the check at random.
+	local list
+	list=$("${CTR[@]}" -n k8s.io images ls -q 2>/dev/null) || return 1
+	grep -qx -- "$1" <<<"$list"
 }
 
 # docker_archive NAME ROOTFS CONFIG_JSON OUT: a docker-save archive of one
@@ -313,7 +317,7 @@ if ! have_image minilet.test/python:latest; then
 	done >"$BUILD/pyfiles"
 	tar --dereference -cf - -T "$BUILD/pyfiles" 2>/dev/null | tar -xf - -C "$root" ||
 		die "copying python3 into the image failed"
-	ldso=$(ldd "$py" | awk '/ld-linux/ { print ($3 != "" ? $3 : $1) }' | head -n1)
+	ldso=$(ldd "$py" | awk '/ld-linux/ && !seen++ { print ($3 != "" ? $3 : $1) }')
 	[ -n "$ldso" ] && [ -e "$ldso" ] && mkdir -p "$root/$(dirname "$ldso")" && cp -L "$ldso" "$root/$ldso"
 	# /lib64 and /lib are links to /usr/... on Debian; keep both paths valid.
 	for d in lib lib64; do

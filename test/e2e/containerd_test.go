@@ -3,7 +3,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -201,4 +207,132 @@ func mustPod(t *testing.T, a *harness.Agent, name string) v1.Pod {
 		t.Fatalf("pod %s not listed", name)
 	}
 	return p
+}
+
+// TestContainerdRestartWhilePodsRun runs the agent on a containerd of the
+// test's own (the shared one is never restarted), stops containerd while a
+// pod runs, and checks that the node turns NotReady naming the runtime,
+// then Ready again once containerd is back, with the pod's container
+// neither restarted nor re-created.
+func TestContainerdRestartWhilePodsRun(t *testing.T) {
+	requireRoot(t)
+	harness.ContainerdEndpoint(t) // CI has containerd; without it, skip
+	if testing.Short() {
+		t.Skip("starts a private containerd")
+	}
+	state, ep := privateContainerd(t)
+	a := harness.New(t)
+	a.ExtraArgs = append(a.ExtraArgs, "--container-runtime-endpoint", ep)
+	a.Start()
+	a.WriteManifest("crestart.yaml", fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: crestart}
+spec:
+  hostNetwork: true
+  containers:
+  - {name: main, image: %s, imagePullPolicy: IfNotPresent, command: ["sleep", "1000"]}
+`, harness.BusyboxImage))
+	name := a.Static("crestart")
+	var before v1.ContainerStatus
+	a.Eventually("crestart Running", func() (bool, string) {
+		p, ok := a.Pod(name)
+		before, _ = containerStatus(p, "main")
+		return ok && p.Status.Phase == v1.PodRunning && before.State.Running != nil, describe(p, ok)
+	})
+
+	stopContainerd(t, state)
+	a.Eventually("the node NotReady because the runtime is down", func() (bool, string) {
+		c := nodeReady(t, a)
+		return c.Status == v1.ConditionFalse && strings.Contains(c.Message, "container runtime is down"), fmt.Sprintf("%+v", c)
+	})
+
+	if out, err := exec.Command(scriptPath("containerd-up.sh"), state).CombinedOutput(); err != nil {
+		t.Fatalf("restarting containerd: %v\n%s", err, out)
+	}
+	a.Eventually("the node Ready again", func() (bool, string) {
+		c := nodeReady(t, a)
+		return c.Status == v1.ConditionTrue, fmt.Sprintf("%+v", c)
+	})
+	a.Eventually("the same container Running, not restarted", func() (bool, string) {
+		p, ok := a.Pod(name)
+		s, _ := containerStatus(p, "main")
+		return ok && p.Status.Phase == v1.PodRunning && s.State.Running != nil &&
+			s.ContainerID == before.ContainerID && s.RestartCount == 0, describe(p, ok)
+	})
+	rt, err := remote.New(context.Background(), remote.Config{Endpoint: ep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rt.Close(context.Background()) }()
+	list, err := rt.ListContainers(context.Background(), nil)
+	if err != nil || len(list) != 1 || list[0].GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("containerd's containers after the restart: %v, %v; want the one running container", list, err)
+	}
+}
+
+// nodeReady returns the agent's node Ready condition.
+func nodeReady(t *testing.T, a *harness.Agent) v1.NodeCondition {
+	var node v1.Node
+	if err := a.Get("/node", &node); err != nil {
+		return v1.NodeCondition{Message: err.Error()}
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return c
+		}
+	}
+	return v1.NodeCondition{Message: "no Ready condition"}
+}
+
+// scriptPath returns the path of a script in the repository's scripts/.
+func scriptPath(name string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", name)
+}
+
+// privateContainerd starts a containerd of the test's own with
+// scripts/containerd-up.sh and removes it, with everything it ran, when
+// the test ends.
+func privateContainerd(t *testing.T) (state, endpoint string) {
+	t.Helper()
+	state, err := os.MkdirTemp("", "mlt-cd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command(scriptPath("containerd-down.sh"), state).CombinedOutput(); err != nil {
+			t.Errorf("containerd-down.sh: %v\n%s", err, out)
+		}
+	})
+	cmd := exec.Command(scriptPath("containerd-up.sh"), state)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("containerd-up.sh: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return state, lines[len(lines)-1]
+}
+
+// stopContainerd ends a private containerd as a restart does (SIGTERM);
+// its shims and containers keep running.
+func stopContainerd(t *testing.T, state string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(state, "containerd.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatalf("stopping containerd %d: %v", pid, err)
+	}
+	harness.Eventually(t, "containerd to exit", func() (bool, string) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		return err != nil || strings.Contains(string(b), ") Z "), string(b)
+	})
 }
