@@ -35,34 +35,32 @@ func (g *GC) detect(ctx context.Context, now time.Time) ([]*Candidate, error) {
 		firstDetected = now
 	}
 	changed := false
-	seen := make(map[string]struct{}, len(imgs))
+	g.generation++
 	cands := make([]*Candidate, 0, len(imgs))
 	for _, img := range imgs {
 		id := img.GetId()
-		seen[id] = struct{}{}
 		rec, ok := g.records[id]
 		if !ok {
-			rec = &ImageRecord{ID: id, FirstDetected: firstDetected}
+			rec = &record{ImageRecord: ImageRecord{ID: id, FirstDetected: firstDetected}}
 			g.records[id] = rec
 			changed = true
 		}
-		used := inUse.matchesImage(id, img.GetRepoTags(), img.GetRepoDigests()) ||
-			pending.matchesImage(id, img.GetRepoTags(), img.GetRepoDigests())
+		rec.generation = g.generation
+		rec.setNames(img.GetRepoTags(), img.GetRepoDigests())
+		used := inUse.hasAny(rec.keys) || pending.hasAny(rec.keys)
 		if used {
 			rec.LastUsed = now
 			g.dirty = true
 		}
 		rec.Size = int64(img.GetSize())
-		rec.RepoTags = img.GetRepoTags()
-		rec.RepoDigests = img.GetRepoDigests()
 		rec.Pinned = img.GetPinned()
 		cands = append(cands, &Candidate{
 			ID: id, Size: rec.Size, FirstDetected: rec.FirstDetected, LastUsed: rec.LastUsed,
 			Pinned: rec.Pinned, InUse: used,
 		})
 	}
-	for id := range g.records {
-		if _, ok := seen[id]; !ok {
+	for id, rec := range g.records {
+		if rec.generation != g.generation {
 			delete(g.records, id)
 			changed = true
 		}

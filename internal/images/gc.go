@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -98,6 +99,30 @@ type ImageRecord struct {
 	LastUsed      time.Time `json:"lastUsed,omitzero"`
 }
 
+// record is an image as detection knows it, with its names normalized
+// once for matching against containers and pending pods.
+type record struct {
+	ImageRecord
+	keys       []string
+	generation uint64
+}
+
+// setNames updates the tags and digests, renormalizing only on change.
+func (r *record) setNames(tags, digests []string) {
+	if r.keys != nil && slices.Equal(tags, r.RepoTags) && slices.Equal(digests, r.RepoDigests) {
+		return
+	}
+	r.RepoTags, r.RepoDigests = tags, digests
+	r.keys = make([]string, 0, 1+len(tags)+len(digests))
+	r.keys = append(r.keys, Normalize(r.ID))
+	for _, n := range tags {
+		r.keys = append(r.keys, Normalize(n))
+	}
+	for _, n := range digests {
+		r.keys = append(r.keys, Normalize(n))
+	}
+}
+
 // GC is the image garbage collector. Its methods are safe for
 // concurrent use.
 type GC struct {
@@ -110,7 +135,8 @@ type GC struct {
 	passMu sync.Mutex // one GC pass or reclaim at a time
 
 	mu          sync.Mutex // guards the fields below
-	records     map[string]*ImageRecord
+	records     map[string]*record
+	generation  uint64    // detection count, to find vanished images
 	initialized bool      // a detection has completed
 	dirty       bool      // records changed since the last save
 	lastSave    time.Time // when the state file was last written
@@ -148,7 +174,7 @@ func NewGC(cfg Config, deps Deps) (*GC, error) {
 	g := &GC{
 		cfg: cfg, deps: deps, clock: deps.Clock, began: deps.Clock.Now(),
 		log:     deps.Logger.With("component", "imagegc"),
-		records: map[string]*ImageRecord{},
+		records: map[string]*record{},
 		pending: map[string]int{},
 	}
 	saved, _, err := loadState(cfg.StateDir)
@@ -156,7 +182,7 @@ func NewGC(cfg Config, deps Deps) (*GC, error) {
 		g.log.Warn("starting without saved image GC state", "err", err)
 	}
 	for id, p := range saved {
-		g.records[id] = &ImageRecord{ID: id, FirstDetected: p.FirstDetected, LastUsed: p.LastUsed}
+		g.records[id] = &record{ImageRecord: ImageRecord{ID: id, FirstDetected: p.FirstDetected, LastUsed: p.LastUsed}}
 	}
 	return g, nil
 }
@@ -312,24 +338,16 @@ func (g *GC) remove(ctx context.Context, cands []*Candidate, want int64) (int64,
 
 func (g *GC) removeOne(ctx context.Context, c *Candidate) (bool, error) {
 	g.mu.Lock()
-	rec := g.records[c.ID]
-	var names refSet
-	if rec != nil {
-		names = refSet{}
-		names.add(rec.ID)
-		for _, t := range rec.RepoTags {
-			names.add(t)
-		}
-		for _, d := range rec.RepoDigests {
-			names.add(d)
-		}
+	var keys []string
+	if rec := g.records[c.ID]; rec != nil {
+		keys = rec.keys
 	}
 	g.mu.Unlock()
 
 	g.pendMu.Lock()
 	defer g.pendMu.Unlock()
-	for ref := range g.pending {
-		if names.has(ref) {
+	for _, k := range keys {
+		if g.pending[k] > 0 {
 			g.log.Info("not removing image a pod is about to use", "image", c.ID)
 			return false, nil
 		}
@@ -394,7 +412,7 @@ func (g *GC) Images() []ImageRecord {
 	}
 	out := make([]ImageRecord, 0, len(g.records))
 	for _, r := range g.records {
-		c := *r
+		c := r.ImageRecord
 		c.RepoTags = append([]string(nil), r.RepoTags...)
 		c.RepoDigests = append([]string(nil), r.RepoDigests...)
 		out = append(out, c)

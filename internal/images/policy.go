@@ -1,8 +1,11 @@
 package images
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/minilet/minilet/internal/errdefs"
@@ -163,19 +166,35 @@ func Decide(p Policy, images []*Candidate, disk DiskUsage, now, began time.Time)
 // SortLRU orders images oldest first: by last use, then by first
 // detection, then by ID so the order is stable.
 func SortLRU(cs []*Candidate) {
-	slices.SortFunc(cs, func(a, b *Candidate) int {
-		if c := a.LastUsed.Compare(b.LastUsed); c != 0 {
-			return c
+	// Sort on precomputed integer keys: comparing time.Time values is
+	// the bulk of the cost with thousands of images.
+	type keyed struct {
+		lastUsed, firstDetected int64
+		c                       *Candidate
+	}
+	ks := make([]keyed, len(cs))
+	for i, c := range cs {
+		ks[i] = keyed{unixNano(c.LastUsed), unixNano(c.FirstDetected), c}
+	}
+	slices.SortFunc(ks, func(a, b keyed) int {
+		if a.lastUsed != b.lastUsed {
+			return cmp.Compare(a.lastUsed, b.lastUsed)
 		}
-		if c := a.FirstDetected.Compare(b.FirstDetected); c != 0 {
-			return c
+		if a.firstDetected != b.firstDetected {
+			return cmp.Compare(a.firstDetected, b.firstDetected)
 		}
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
+		return strings.Compare(a.c.ID, b.c.ID)
 	})
+	for i := range ks {
+		cs[i] = ks[i].c
+	}
+}
+
+// unixNano maps the zero time ("never" or "before the agent") below
+// every real time.
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return math.MinInt64
+	}
+	return t.UnixNano()
 }

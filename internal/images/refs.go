@@ -51,22 +51,13 @@ func (s refSet) has(ref string) bool {
 	return ok
 }
 
-// matchesImage reports whether any name of the image (ID, tags,
-// digests) is in the set.
-func (s refSet) matchesImage(id string, tags, digests []string) bool {
+// hasAny reports whether any of the normalized keys is in the set.
+func (s refSet) hasAny(keys []string) bool {
 	if len(s) == 0 {
 		return false
 	}
-	if s.has(id) {
-		return true
-	}
-	for _, t := range tags {
-		if s.has(t) {
-			return true
-		}
-	}
-	for _, d := range digests {
-		if s.has(d) {
+	for _, k := range keys {
+		if _, ok := s[k]; ok {
 			return true
 		}
 	}
