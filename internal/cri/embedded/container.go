@@ -34,6 +34,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	var args, env []string
 	var workDir, imageID string
 	var rf *rootfsRecord
+	id := newID()
 	if isHostImage(image) {
 		args = append(append([]string{}, config.GetCommand()...), config.GetArgs()...)
 		if len(args) == 0 {
@@ -41,7 +42,21 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 		}
 		image, env, workDir = hostImage, containerEnv(config.GetEnvs()), config.GetWorkingDir()
 	} else {
+		// Between here and the container record, r.preparing keeps the
+		// image's layers from being deleted.
+		r.images.gcMu.RLock()
 		img, ok := r.images.get(image)
+		if ok {
+			r.mu.Lock()
+			r.preparing[id] = img.Layers
+			r.mu.Unlock()
+			defer func() {
+				r.mu.Lock()
+				delete(r.preparing, id)
+				r.mu.Unlock()
+			}()
+		}
+		r.images.gcMu.RUnlock()
 		if !ok {
 			return "", errNotFound("CreateContainer %q in pod %s/%s: image %q is not present", name, sb.Namespace, sb.Name, image)
 		}
@@ -54,7 +69,6 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	if !sb.Ready {
 		return "", errConflict("CreateContainer %q: pod sandbox %s is not ready", name, podSandboxID)
 	}
-	id := newID()
 	parent := sb.CgroupParent
 	if parent == "" {
 		parent = defaultCgroupParent
@@ -80,15 +94,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 		return "", fmt.Errorf("CreateContainer %q: %w", name, err)
 	}
 	if rf != nil {
-		// Registered first so that RemoveImage keeps the layers meanwhile.
-		r.mu.Lock()
-		r.preparing[id] = rf.Layers
-		r.mu.Unlock()
-		err := r.prepareRootfs(dir, rf)
-		r.mu.Lock()
-		delete(r.preparing, id)
-		r.mu.Unlock()
-		if err != nil {
+		if err := r.prepareRootfs(dir, rf); err != nil {
 			_ = os.RemoveAll(dir)
 			return "", fmt.Errorf("CreateContainer %q: writable layer: %w", name, err)
 		}
@@ -317,7 +323,7 @@ func (r *Runtime) RemoveContainer(ctx context.Context, containerID string) error
 	r.mu.Unlock()
 	if c.rec.Rootfs != nil {
 		// Layers of an image removed while this container used them.
-		if err := r.images.pruneLayers(r.layersInUse()); err != nil {
+		if err := r.images.pruneLayers(r.layersInUse); err != nil {
 			r.log.Warn("cannot prune unused image layers", "err", err)
 		}
 	}

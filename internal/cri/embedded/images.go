@@ -81,7 +81,7 @@ func (r *Runtime) RemoveImage(ctx context.Context, image *runtimeapi.ImageSpec) 
 	if !ok {
 		return nil
 	}
-	if _, err := r.images.remove(rec.ID, r.layersInUse()); err != nil {
+	if _, err := r.images.remove(rec.ID, r.layersInUse); err != nil {
 		return fmt.Errorf("remove image %q: %w", ref, err)
 	}
 	r.log.Info("image removed", "image", ref, "id", rec.ID, "tags", rec.RepoTags)

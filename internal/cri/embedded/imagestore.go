@@ -34,6 +34,14 @@ type imageStore struct {
 	layers map[string]layerStats   // by diffID hex; present and complete
 
 	layerLocks keyedMutex
+
+	// gcMu orders layer deletion (Lock) against the steps that start using
+	// layers without an image record holding them yet (RLock): a container
+	// being created from an image.
+	gcMu sync.RWMutex
+	// pending counts imports in progress per layer (diffID hex); such
+	// layers are not deleted.
+	pending map[string]int
 }
 
 // imageRecord is the durable record of one image.
@@ -60,7 +68,7 @@ type imageConfig struct {
 }
 
 func openImageStore(log *slog.Logger, root string) (*imageStore, error) {
-	s := &imageStore{log: log, root: root, images: map[string]*imageRecord{}, layers: map[string]layerStats{}}
+	s := &imageStore{log: log, root: root, images: map[string]*imageRecord{}, layers: map[string]layerStats{}, pending: map[string]int{}}
 	for _, d := range []string{s.blobDir(), s.layerDir(), s.metaDir(), s.tmpDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("create image store dir: %w", err)
@@ -155,6 +163,24 @@ func (s *imageStore) writeBlob(h v1.Hash, data []byte) error {
 		return fmt.Errorf("store blob %s: %w", h, err)
 	}
 	return nil
+}
+
+// hold marks layers as being imported until the returned release is called.
+func (s *imageStore) hold(diffIDs []string) (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range diffIDs {
+		s.pending[digestHex(d)]++
+	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, d := range diffIDs {
+			if s.pending[digestHex(d)]--; s.pending[digestHex(d)] <= 0 {
+				delete(s.pending, digestHex(d))
+			}
+		}
+	}
 }
 
 // haveLayer reports the stats of a complete layer.
@@ -290,7 +316,7 @@ func (s *imageStore) get(ref string) (imageRecord, bool) {
 
 // remove deletes an image record; layers no other image and no container
 // in inUse uses are deleted too. It reports whether the image existed.
-func (s *imageStore) remove(id string, inUse map[string]bool) (bool, error) {
+func (s *imageStore) remove(id string, inUse func() map[string]bool) (bool, error) {
 	s.mu.Lock()
 	_, ok := s.images[id]
 	if ok {
@@ -304,13 +330,21 @@ func (s *imageStore) remove(id string, inUse map[string]bool) (bool, error) {
 	return ok, s.pruneLayers(inUse)
 }
 
-// pruneLayers deletes layers referenced by no image and no entry of inUse
-// (diffIDs of layers running containers stand on).
-func (s *imageStore) pruneLayers(inUse map[string]bool) error {
+// pruneLayers deletes layers referenced by no image, no import in progress
+// and no entry of inUse() (diffIDs of layers containers stand on).
+func (s *imageStore) pruneLayers(inUse func() map[string]bool) error {
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	used := inUse()
 	s.mu.Lock()
 	keep := map[string]bool{}
-	for l := range inUse {
+	for l := range used {
 		keep[digestHex(l)] = true
+	}
+	for l, n := range s.pending {
+		if n > 0 {
+			keep[l] = true
+		}
 	}
 	for _, r := range s.images {
 		for _, l := range r.Layers {

@@ -56,6 +56,11 @@ func (s *imageStore) importImage(ctx context.Context, src imageSource, tags, dig
 	c := cf.Config
 	rec.Config = imageConfig{Entrypoint: c.Entrypoint, Cmd: c.Cmd, Env: c.Env, WorkingDir: c.WorkingDir, User: c.User, StopSignal: c.StopSignal}
 
+	var diffIDs []string
+	for _, d := range cf.RootFS.DiffIDs {
+		diffIDs = append(diffIDs, d.String())
+	}
+	defer s.hold(diffIDs)()
 	stats := make([]layerStats, len(src.layers))
 	errs := make([]error, len(src.layers))
 	sem := make(chan struct{}, maxParallelLayers)

@@ -201,7 +201,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	// Layers only removed containers stood on (a crash between the two).
-	if err := r.images.pruneLayers(r.layersInUse()); err != nil {
+	if err := r.images.pruneLayers(r.layersInUse); err != nil {
 		r.log.Warn("cannot prune unused image layers", "err", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
