@@ -32,7 +32,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	name := config.GetMetadata().GetName()
 	image := config.GetImage().GetImage()
 	var args, env []string
-	var workDir, imageID string
+	var workDir, imageID, stopSignal string
 	var rf *rootfsRecord
 	id := newID()
 	if isHostImage(image) {
@@ -64,7 +64,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 		if err != nil {
 			return "", errInvalid("CreateContainer %q in pod %s/%s: %v", name, sb.Namespace, sb.Name, err)
 		}
-		imageID = img.ID
+		imageID, stopSignal = img.ID, img.Config.StopSignal
 	}
 	if !sb.Ready {
 		return "", errConflict("CreateContainer %q: pod sandbox %s is not ready", name, podSandboxID)
@@ -75,7 +75,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	}
 	rec := containerRecord{
 		ID: id, SandboxID: podSandboxID, Name: name, Attempt: config.GetMetadata().GetAttempt(),
-		Image: image, ImageID: imageID, Rootfs: rf, Labels: copyMap(config.GetLabels()), Annotations: copyMap(config.GetAnnotations()),
+		Image: image, ImageID: imageID, Rootfs: rf, StopSignal: stopSignal, Labels: copyMap(config.GetLabels()), Annotations: copyMap(config.GetAnnotations()),
 		LogPath: config.GetLogPath(), Args: args, Env: env,
 		WorkingDir: workDir, Resources: fromCRIResources(config.GetLinux().GetResources()),
 		CgroupPath: path.Join("/", parent, id), CreatedAt: r.clock.Now().UnixNano(),

@@ -7,8 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Timeouts of the runtime's own waits.
@@ -158,13 +162,13 @@ func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout
 		r.mu.Unlock()
 		return errNotFound("container %q", containerID)
 	}
-	start, exited, done := c.start, c.exited, c.exit != nil
+	start, exited, done, stopSignal := c.start, c.exited, c.exit != nil, c.rec.StopSignal
 	r.mu.Unlock()
 	if start == nil || done || start.Error != "" {
 		return nil
 	}
 	if timeout > 0 {
-		signalGroup(start.Pid, syscall.SIGTERM)
+		signalGroup(start.Pid, parseStopSignal(stopSignal))
 		t := time.NewTimer(time.Duration(timeout) * time.Second)
 		select {
 		case <-exited:
@@ -186,6 +190,24 @@ func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout
 	case <-t.C:
 		return errUnavailable("stop container %s: no exit recorded %s after SIGKILL", containerID, killTimeout)
 	}
+}
+
+// parseStopSignal reads an image's StopSignal ("SIGQUIT", "QUIT" or "3");
+// anything else is SIGTERM.
+func parseStopSignal(s string) syscall.Signal {
+	if s == "" {
+		return syscall.SIGTERM
+	}
+	if n, err := strconv.Atoi(s); err == nil && n > 0 && n < 65 {
+		return syscall.Signal(n)
+	}
+	if s = strings.ToUpper(s); !strings.HasPrefix(s, "SIG") {
+		s = "SIG" + s
+	}
+	if sig := unix.SignalNum(s); sig != 0 {
+		return sig
+	}
+	return syscall.SIGTERM
 }
 
 // signalGroup signals the container's process group, or the process alone if

@@ -220,6 +220,41 @@ func TestRootfsContainer(t *testing.T) {
 	})
 }
 
+func TestRootfsContainerStopSignalAndCgroup(t *testing.T) {
+	requireRoot(t)
+	r := newTestRuntime(t, t.TempDir())
+	ctx := context.Background()
+	loadProbeImage(t, r, "example.com/probe:stop", v1.Config{Entrypoint: []string{"/bin/probe"}, Cmd: []string{"trap"}, StopSignal: "SIGUSR1"})
+	sb, _ := testSandbox(t, r)
+	id := startContainer(t, r, sb, imageContainerConfig("trap", "example.com/probe:stop", nil, nil))
+	resp, err := r.ContainerStatus(ctx, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The container process is in its container cgroup, as host ones are.
+	cg, err := os.ReadFile("/proc/" + resp.Info["pid"] + "/cgroup")
+	if err != nil || !strings.Contains(string(cg), resp.Info["cgroup"]) {
+		t.Fatalf("container cgroups %q (%v), want %s", cg, err, resp.Info["cgroup"])
+	}
+	waitUntil(t, "the container traps signals", func() bool {
+		data, _ := os.ReadFile(resp.Status.LogPath)
+		return strings.Contains(string(data), "trapping")
+	})
+	if err := r.StopContainer(ctx, id, 30); err != nil {
+		t.Fatal(err)
+	}
+	resp, _ = r.ContainerStatus(ctx, id, false)
+	data, _ := os.ReadFile(resp.Status.LogPath)
+	if resp.Status.ExitCode != 0 || !strings.Contains(string(data), "got user defined signal 1") {
+		t.Fatalf("exit %d, log %q; want the image's stop signal SIGUSR1 delivered", resp.Status.ExitCode, data)
+	}
+	for in, want := range map[string]string{"": "terminated", "SIGQUIT": "quit", "quit": "quit", "10": "user defined signal 1", "BOGUS": "terminated"} {
+		if got := parseStopSignal(in).String(); got != want {
+			t.Errorf("parseStopSignal(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
 // TestRootfsContainerCopyFallback runs a container on a private copy of the
 // image, as on kernels where overlayfs cannot be mounted.
 func TestRootfsContainerCopyFallback(t *testing.T) {

@@ -128,6 +128,7 @@ type containerRecord struct {
 	Image       string            `json:"image"`             // as requested
 	ImageID     string            `json:"imageId,omitempty"` // empty for the host image
 	Rootfs      *rootfsRecord     `json:"rootfs,omitempty"`  // nil for the host image
+	StopSignal  string            `json:"stopSignal,omitempty"` // the image's, e.g. "SIGQUIT"; default SIGTERM
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
 	LogPath     string            `json:"logPath,omitempty"` // as given (relative to the sandbox log dir)

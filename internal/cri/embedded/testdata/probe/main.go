@@ -5,9 +5,11 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -60,6 +62,13 @@ func main() {
 		n, _ := strconv.Atoi(args[0])
 		fmt.Fprintln(os.Stderr, "exiting with", n)
 		os.Exit(n)
+	case "trap":
+		// Report the first signal received and exit 0 (as PID 1 in its
+		// namespace, the process would otherwise ignore it).
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGQUIT)
+		fmt.Println("trapping")
+		fmt.Println("got", <-sigs)
 	case "sleep":
 		fmt.Println("sleeping")
 		for {
