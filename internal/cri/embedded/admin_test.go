@@ -51,7 +51,9 @@ func TestImageLoadThroughAdminSocket(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- server.NewAdmin(server.AdminConfig{Loader: adminLoader(r), Logger: testLogger(t)}).Serve(ctx, ln) }()
+	go func() {
+		served <- server.NewAdmin(server.AdminConfig{Loader: adminLoader(r), Logger: testLogger(t)}).Serve(ctx, ln)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-served; err != nil {

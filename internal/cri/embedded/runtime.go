@@ -125,9 +125,9 @@ type containerRecord struct {
 	SandboxID   string            `json:"sandboxId"`
 	Name        string            `json:"name"`
 	Attempt     uint32            `json:"attempt"`
-	Image       string            `json:"image"`             // as requested
-	ImageID     string            `json:"imageId,omitempty"` // empty for the host image
-	Rootfs      *rootfsRecord     `json:"rootfs,omitempty"`  // nil for the host image
+	Image       string            `json:"image"`                // as requested
+	ImageID     string            `json:"imageId,omitempty"`    // empty for the host image
+	Rootfs      *rootfsRecord     `json:"rootfs,omitempty"`     // nil for the host image
 	StopSignal  string            `json:"stopSignal,omitempty"` // the image's, e.g. "SIGQUIT"; default SIGTERM
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
