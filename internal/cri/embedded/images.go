@@ -114,9 +114,9 @@ type FsStats struct {
 	ImagesBytes, ImagesInodes uint64
 }
 
-// ImageFsStats reports capacity and availability of the image filesystem,
+// ImageFilesystemStats reports capacity and availability of the image filesystem,
 // which CRI's ImageFsInfo does not carry (image GC and eviction need them).
-func (r *Runtime) ImageFsStats(ctx context.Context) (FsStats, error) {
+func (r *Runtime) ImageFilesystemStats(ctx context.Context) (FsStats, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(r.images.root, &st); err != nil {
 		return FsStats{}, errUnavailable("image filesystem stats of %s: %v", r.images.root, err)

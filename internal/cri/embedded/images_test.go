@@ -219,9 +219,9 @@ func TestPullByTagAndDigestThenRemove(t *testing.T) {
 	if used := fs.ImageFilesystems[0].UsedBytes.Value; used < st.Size {
 		t.Fatalf("ImageFsInfo used %d < image size %d", used, st.Size)
 	}
-	stats, err := r.ImageFsStats(ctx)
+	stats, err := r.ImageFilesystemStats(ctx)
 	if err != nil || stats.CapacityBytes == 0 || stats.AvailableBytes > stats.CapacityBytes || stats.InodesTotal == 0 {
-		t.Fatalf("ImageFsStats = %+v, %v", stats, err)
+		t.Fatalf("ImageFilesystemStats = %+v, %v", stats, err)
 	}
 
 	if err := r.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: reg + "/test/app:v1"}); err != nil {
