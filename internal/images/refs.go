@@ -46,11 +46,6 @@ func (s refSet) add(ref string) {
 	}
 }
 
-func (s refSet) has(ref string) bool {
-	_, ok := s[Normalize(ref)]
-	return ok
-}
-
 // hasAny reports whether any of the normalized keys is in the set.
 func (s refSet) hasAny(keys []string) bool {
 	if len(s) == 0 {
