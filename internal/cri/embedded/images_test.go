@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -246,6 +247,45 @@ func TestPullByTagAndDigestThenRemove(t *testing.T) {
 	}
 	if _, err := r.PullImage(ctx, &runtimeapi.ImageSpec{Image: reg + "/test/missing:v1"}, nil, nil); err == nil {
 		t.Fatal("pulling a missing image succeeded")
+	}
+}
+
+func TestLayerDigestMismatchIsRefused(t *testing.T) {
+	requireRoot(t)
+	r := newTestRuntime(t, t.TempDir())
+	l := layerTar(t, file("f", "x", 0o644))
+	wrong := "sha256:" + strings.Repeat("0", 64)
+	_, err := r.images.addLayer(wrong, func() (readCloser, error) { return io.NopCloser(bytes.NewReader(l)), nil })
+	if err == nil || !strings.Contains(err.Error(), "does not match") {
+		t.Fatalf("addLayer with a wrong diffID = %v", err)
+	}
+	if entries, _ := os.ReadDir(r.images.layerDir()); len(entries) != 0 {
+		t.Fatalf("a layer with the wrong digest was kept: %v", entries)
+	}
+	if entries, _ := os.ReadDir(r.images.tmpDir()); len(entries) != 0 {
+		t.Fatalf("temporary files left: %v", entries)
+	}
+}
+
+// An image repeating a layer (as empty layers often are) runs.
+func TestImageWithRepeatedLayer(t *testing.T) {
+	requireRoot(t)
+	r := newTestRuntime(t, t.TempDir())
+	bin := probeBinary(t)
+	empty := layerTar(t)
+	img := testImage(t, v1.Config{Entrypoint: []string{"/probe", "echo", "ok"}}, empty, layerTar(t, tarEntry{name: "probe", body: string(bin), mode: 0o755}), empty)
+	tag, _ := name.NewTag("example.com/repeat:1")
+	var buf bytes.Buffer
+	if err := tarball.Write(tag, img, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.LoadArchive(context.Background(), &buf); err != nil {
+		t.Fatal(err)
+	}
+	sb, _ := testSandbox(t, r)
+	st, lines := runToExit(t, r, sb, imageContainerConfig("rep", "example.com/repeat:1", nil, nil))
+	if st.ExitCode != 0 || len(lines) != 1 || lines[0] != "stdout ok" {
+		t.Fatalf("exit %d (%s), log %q", st.ExitCode, st.Message, lines)
 	}
 }
 

@@ -207,8 +207,14 @@ func (r *Runtime) rootfsSpecFor(dir string, rf *rootfsRecord) *rootfsSpec {
 	spec := &rootfsSpec{Merged: filepath.Join(base, "merged"), Copy: rf.Copy, User: rf.User, Mounts: rf.Mounts}
 	if !rf.Copy {
 		spec.Upper, spec.Work = filepath.Join(base, "upper"), filepath.Join(base, "work")
+		// overlayfs refuses a directory twice; a repeated layer (typically
+		// the empty one) only matters at its topmost position.
+		seen := map[string]bool{}
 		for i := len(rf.Layers) - 1; i >= 0; i-- {
-			spec.Lower = append(spec.Lower, r.images.layerPath(rf.Layers[i]))
+			if !seen[rf.Layers[i]] {
+				seen[rf.Layers[i]] = true
+				spec.Lower = append(spec.Lower, r.images.layerPath(rf.Layers[i]))
+			}
 		}
 	}
 	return spec
