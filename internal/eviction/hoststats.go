@@ -111,6 +111,16 @@ func (h *HostStats) NodeObservations(ctx context.Context) (Observations, error) 
 	return obs, nil
 }
 
+// DedicatedImageFs reports whether ImageFsPath is on another filesystem
+// than RootDir.
+func (h *HostStats) DedicatedImageFs() bool {
+	var a, b unix.Stat_t
+	if unix.Stat(h.cfg.RootDir, &a) != nil || unix.Stat(h.cfg.ImageFsPath, &b) != nil {
+		return false
+	}
+	return a.Dev != b.Dev
+}
+
 // PodUsage implements Stats.
 func (h *HostStats) PodUsage(ctx context.Context, pods []*v1.Pod) (map[types.UID]PodUsage, error) {
 	if h.cfg.PodUsage == nil {

@@ -172,3 +172,33 @@ func TestDiskPressureOnARealFilesystem(t *testing.T) {
 		t.Fatal("DiskPressure outlived the pressure by more than the transition period")
 	}
 }
+
+func TestDedicatedImageFs(t *testing.T) {
+	root := t.TempDir()
+	same, _ := NewHostStats(HostStatsConfig{RootDir: root, ImageFsPath: filepath.Join(root)})
+	if same.DedicatedImageFs() {
+		t.Fatal("one directory reported as two filesystems")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	img := filepath.Join(t.TempDir(), "imagefs")
+	if err := os.Mkdir(img, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", img, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(img, unix.MNT_DETACH) })
+	other, _ := NewHostStats(HostStatsConfig{RootDir: root, ImageFsPath: img})
+	if !other.DedicatedImageFs() {
+		t.Fatal("a tmpfs image fs not reported as dedicated")
+	}
+	obs, err := other.NodeObservations(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := obs[config.SignalImageFsAvailable]; o.Capacity != 1<<20 {
+		t.Fatalf("imagefs.available = %+v, want the 1 MiB tmpfs", o)
+	}
+}

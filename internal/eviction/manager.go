@@ -70,6 +70,15 @@ type Stats interface {
 	PodUsage(ctx context.Context, pods []*v1.Pod) (map[types.UID]PodUsage, error)
 }
 
+// DedicatedImageFs is optionally implemented by a Stats source that
+// knows whether images live on their own filesystem. With a dedicated
+// image filesystem, node-filesystem pressure cannot be relieved by
+// deleting containers or images (the kubelet then goes straight to
+// eviction); without one, every disk signal reclaims both.
+type DedicatedImageFs interface {
+	DedicatedImageFs() bool
+}
+
 // Reclaimer frees node-level resources before any pod is evicted for
 // disk pressure.
 type Reclaimer interface {
@@ -308,6 +317,10 @@ func (m *Manager) waitingForCleanup(pods []*v1.Pod, now time.Time) bool {
 func (m *Manager) reclaimNode(ctx context.Context, th config.Threshold, active []config.Threshold) bool {
 	res := signalResource[th.Signal]
 	if res != v1.ResourceEphemeralStorage && res != resourceInodes {
+		return false
+	}
+	if d, ok := m.deps.Stats.(DedicatedImageFs); ok && d.DedicatedImageFs() &&
+		(th.Signal == config.SignalNodeFsAvailable || th.Signal == config.SignalNodeFsInodesFree) {
 		return false
 	}
 	if err := m.deps.Reclaimer.DeleteUnusedContainers(ctx); err != nil {

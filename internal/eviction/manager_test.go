@@ -389,3 +389,27 @@ func TestRunObservesEveryInterval(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// dedicatedStats is fakeStats on a node with its own image filesystem.
+type dedicatedStats struct{ *fakeStats }
+
+func (dedicatedStats) DedicatedImageFs() bool { return true }
+
+func TestNodeFsPressureWithDedicatedImageFsSkipsImageReclaim(t *testing.T) {
+	e := newEnv(t, Config{Hard: defaultHard()})
+	e.m.deps.Stats = dedicatedStats{e.stats}
+	e.pods = []*v1.Pod{mkPod("a", 0, "")}
+	e.stats.set(config.SignalNodeFsAvailable, 5*1024*mi, 100*1024*mi)
+	e.sync(t)
+	if len(e.reclaims) != 0 || !slices.Equal(e.killedNames(), []string{"a"}) {
+		t.Fatalf("reclaims %v kills %v: deleting images cannot help the node fs when images live elsewhere", e.reclaims, e.killedNames())
+	}
+	e.remove("a")
+	e.healthy()
+	e.stats.set(config.SignalImageFsAvailable, 5*1024*mi, 100*1024*mi)
+	e.clock.Step(10 * time.Second)
+	e.sync(t)
+	if !slices.Equal(e.reclaims, []string{"containers", "images"}) {
+		t.Fatalf("image fs pressure reclaims %v, want containers then images", e.reclaims)
+	}
+}
