@@ -187,8 +187,8 @@ func NewGC(cfg Config, deps Deps) (*GC, error) {
 	return g, nil
 }
 
-// Run detects images every DetectPeriod and collects every Period until
-// ctx ends. With GC disabled (high threshold 100, no max age) it only
+// Run collects at once, then detects images every DetectPeriod and
+// collects every Period until ctx ends. With GC disabled (high threshold 100, no max age) it only
 // detects, so Images stays current. The first failure is logged; the
 // ImageGCFailed event is for repeated failures, like the kubelet.
 func (g *GC) Run(ctx context.Context) {
@@ -199,8 +199,14 @@ func (g *GC) Run(ctx context.Context) {
 	defer detect.Stop()
 	collect := g.clock.NewTicker(g.cfg.Period)
 	defer collect.Stop()
-	g.refresh(ctx)
 	prevFailed := false
+	if g.cfg.Disabled() {
+		g.refresh(ctx)
+	} else {
+		// Like the kubelet, collect once right away: a node that boots
+		// with a full disk should not wait a period.
+		prevFailed = g.collectOnce(ctx, false)
+	}
 	for {
 		select {
 		case <-ctx.Done():

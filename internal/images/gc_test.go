@@ -235,8 +235,8 @@ func TestStateSurvivesRestart(t *testing.T) {
 	}
 }
 
-func TestRunCollectsEveryPeriod(t *testing.T) {
-	e := newEnv(t, Config{Policy: defaultPolicy(), Period: 5 * time.Minute, DetectPeriod: 30 * time.Second})
+func TestRunCollectsAtStartAndEveryPeriod(t *testing.T) {
+	e := newEnv(t, Config{Policy: Policy{HighThresholdPercent: 85, LowThresholdPercent: 80}, Period: 5 * time.Minute, DetectPeriod: 30 * time.Second})
 	e.rt.add(&fakeImage{id: "sha256:a", size: 900})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -244,16 +244,17 @@ func TestRunCollectsEveryPeriod(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	deadline := time.Now().Add(30 * time.Second)
-	for !e.clock.HasWaiters() || len(e.gc.Images()) == 0 {
+	for !e.clock.HasWaiters() || e.rt.has("sha256:a") {
 		if time.Now().After(deadline) {
-			t.Fatal("Run never detected images or set its timers")
+			t.Fatal("Run did not collect at start")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	e.rt.add(&fakeImage{id: "sha256:b", size: 900})
 	e.clock.Step(5 * time.Minute)
-	for e.rt.has("sha256:a") {
+	for e.rt.has("sha256:b") {
 		if time.Now().After(deadline) {
-			t.Fatal("no GC pass one period after start")
+			t.Fatal("no GC pass one period later")
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
