@@ -55,7 +55,9 @@ if [ ${#need[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	ok=0
 	for attempt in 1 2 3 4; do
-		if apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends "${need[@]}" >&2; then
+		# Wait for a dpkg lock another installer holds rather than fail.
+		if apt-get -o DPkg::Lock::Timeout=120 update -qq >&2 &&
+			apt-get -o DPkg::Lock::Timeout=120 install -y -qq --no-install-recommends "${need[@]}" >&2; then
 			ok=1
 			break
 		fi
