@@ -387,6 +387,17 @@ func TestLoadArchives(t *testing.T) {
 			t.Fatalf("ImageStatus(busybox:1.36) = %v", st)
 		}
 	})
+	t.Run("symlink escape", func(t *testing.T) {
+		r := newTestRuntime(t, t.TempDir())
+		outside := t.TempDir()
+		evil := layerTar(t, symlink("a", outside), file("a/manifest.json", "[]", 0o644))
+		if _, err := r.LoadArchive(ctx, bytes.NewReader(evil)); err == nil {
+			t.Fatal("an archive writing through its own symlink was loaded")
+		}
+		if _, err := os.Stat(filepath.Join(outside, "manifest.json")); err == nil {
+			t.Fatal("the archive wrote outside the store")
+		}
+	})
 	t.Run("garbage", func(t *testing.T) {
 		r := newTestRuntime(t, t.TempDir())
 		if _, err := r.LoadArchive(ctx, strings.NewReader("not a tar")); err == nil {

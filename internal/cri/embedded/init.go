@@ -80,6 +80,9 @@ func setupRootfs(rs *rootfsSpec) error {
 		if err := unix.Mount(m, m, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind root filesystem: %w", err)
 		}
+		if err := unix.Mount("", m, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("remount root filesystem nodev: %w", err)
+		}
 	} else {
 		if err := mountOverlay(rs); err != nil {
 			return err
@@ -174,7 +177,8 @@ func mountOverlay(rs *rootfsSpec) error {
 		lower = strings.Join(rel, ":")
 	}
 	opts := "lowerdir=" + lower + ",upperdir=" + rs.Upper + ",workdir=" + rs.Work
-	if err := unix.Mount("overlay", rs.Merged, "overlay", 0, opts); err != nil {
+	// nodev: device nodes an image carries are not usable; /dev is ours.
+	if err := unix.Mount("overlay", rs.Merged, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay root filesystem: %w", err)
 	}
 	return nil

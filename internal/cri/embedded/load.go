@@ -188,8 +188,13 @@ func ociImageName(ann map[string]string) string {
 }
 
 // extractArchive unpacks an image archive (regular files, directories and
-// in-archive symlinks only) into dir.
+// in-archive symlinks only) into dir. Nothing is written through a symlink
+// the archive created.
 func extractArchive(dir string, r io.Reader) error {
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return err
+	}
 	tr := tar.NewReader(r)
 	buf := make([]byte, 1<<20)
 	for {
@@ -205,16 +210,21 @@ func extractArchive(dir string, r io.Reader) error {
 			continue
 		}
 		dst := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-			return err
+		if err := mkdirNoFollow(dir, filepath.Dir(rel)); err != nil {
+			return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
+		}
+		if hdr.Typeflag != tar.TypeDir {
+			if err := os.RemoveAll(dst); err != nil {
+				return err
+			}
 		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(dst, 0o700); err != nil {
-				return err
+			if err := mkdirNoFollow(dir, rel); err != nil {
+				return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
 			}
 		case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old archives still use TypeRegA
-			f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+			f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 			if err != nil {
 				return err
 			}
@@ -237,6 +247,31 @@ func extractArchive(dir string, r io.Reader) error {
 			}
 		}
 	}
+}
+
+// mkdirNoFollow creates the directory rel (slash-separated, clean, rooted)
+// under base, refusing to pass through symlinks.
+func mkdirNoFollow(base, rel string) error {
+	cur := base
+	for _, c := range strings.Split(strings.Trim(rel, "/"), "/") {
+		if c == "" {
+			continue
+		}
+		cur = filepath.Join(cur, c)
+		fi, err := os.Lstat(cur)
+		switch {
+		case err == nil && fi.IsDir():
+		case err == nil:
+			return fmt.Errorf("%s is not a directory", strings.TrimPrefix(cur, base))
+		case errors.Is(err, os.ErrNotExist):
+			if err := os.Mkdir(cur, 0o700); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+	return nil
 }
 
 // archivePath resolves a path named by the archive's manifest, refusing
