@@ -26,6 +26,8 @@ import (
 	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/devicemanager"
 	"github.com/minilet/minilet/internal/events"
+	"github.com/minilet/minilet/internal/eviction"
+	"github.com/minilet/minilet/internal/images"
 	"github.com/minilet/minilet/internal/kuberuntime"
 	"github.com/minilet/minilet/internal/metrics"
 	"github.com/minilet/minilet/internal/pleg"
@@ -84,9 +86,12 @@ type Agent struct {
 	pleg      *pleg.PLEG
 	statusGen status.Generator
 	events    *store.Events
+	imageGC   *images.GC
+	eviction  *eviction.Manager
 	metrics   *agentMetrics
 
 	pods         *podState
+	imageHolds   sync.Map // pod UID -> []func() releasing image GC holds
 	startLatency *startLatency
 	sources      []string
 	sourcesSeen  map[string]bool // owned by the sync loop
@@ -104,6 +109,8 @@ type Agent struct {
 type criRuntime interface {
 	kuberuntime.Runtime
 	kuberuntime.Images
+	images.ImageService
+	images.FsInfoer
 	Version(ctx context.Context, apiVersion string) (*runtimeapi.VersionResponse, error)
 	Status(ctx context.Context, verbose bool) (*runtimeapi.StatusResponse, error)
 }
@@ -165,18 +172,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	rm := kuberuntime.New(kuberuntime.Config{
-		Runtime:          cri,
-		Images:           cri,
-		Recorder:         a.recorder,
-		Clock:            clk,
-		Logger:           log,
-		LogRoot:          filepath.Join(cfg.RootDir, "logs"),
-		PodsDir:          filepath.Join(cfg.RootDir, "pods"),
-		HostIP:           a.nodeIP,
-		NodeAllocatable:  a.cm.Allocatable(),
-		PodCgroups:       a.cm,
-		ContainerOptions: a.devmgr,
-		ProbeResults:     probeResults{m: a.probeMgr, prefix: runtimeName(cfg) + "://"},
+		Runtime:               cri,
+		Images:                cri,
+		Recorder:              a.recorder,
+		Clock:                 clk,
+		Logger:                log,
+		LogRoot:               filepath.Join(cfg.RootDir, "logs"),
+		PodsDir:               filepath.Join(cfg.RootDir, "pods"),
+		HostIP:                a.nodeIP,
+		NodeAllocatable:       a.cm.Allocatable(),
+		PodCgroups:            a.cm,
+		ContainerOptions:      a.devmgr,
+		ProbeResults:          probeResults{m: a.probeMgr, prefix: runtimeName(cfg) + "://"},
+		MaxParallelImagePulls: kuberuntime.PullParallelism(cfg.SerializeImagePulls, cfg.MaxParallelImagePulls),
 	})
 	a.runtime = rm
 	a.statusGen = status.Generator{RuntimeName: runtimeName(cfg), HostIP: a.nodeIP, Probes: a.probeMgr}
@@ -194,6 +202,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer cancel()
 	srvErr := make(chan error, 1)
 	if err := a.startServer(ctx, &wg, reg, srvErr); err != nil {
+		return err
+	}
+	if err := a.startImageGC(ctx, &wg); err != nil {
+		return err
+	}
+	if err := a.startEviction(ctx, &wg); err != nil {
 		return err
 	}
 	updates, err := a.startSources(ctx, &wg)

@@ -39,7 +39,31 @@ func (a *Agent) admit(ctx context.Context, pod *v1.Pod, active []*v1.Pod) (reaso
 		a.devices.RemovePod(pod.UID)
 		return reason, msg, false
 	}
+	if ok, reason, msg := a.eviction.Admit(pod); !ok {
+		a.devices.RemovePod(pod.UID)
+		return reason, msg, false
+	}
+	a.holdImages(pod)
 	return "", "", true
+}
+
+// holdImages keeps image GC away from the images of an admitted pod until
+// it is gone.
+func (a *Agent) holdImages(pod *v1.Pod) {
+	var releases []func()
+	for _, c := range append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		releases = append(releases, a.imageGC.MarkInUse(c.Image))
+	}
+	a.imageHolds.Store(pod.UID, releases)
+}
+
+// releaseImages ends holdImages for a pod.
+func (a *Agent) releaseImages(uid types.UID) {
+	if v, ok := a.imageHolds.LoadAndDelete(uid); ok {
+		for _, release := range v.([]func()) {
+			release()
+		}
+	}
 }
 
 // generateStatus computes a pod's status from what the runtime holds.

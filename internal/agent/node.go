@@ -37,6 +37,16 @@ func (a *Agent) buildNode() *v1.Node {
 		{v1.NodePIDPressure, v1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"},
 		{v1.NodeReady, v1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"},
 	}
+	memory, disk, pid := a.eviction.Conditions()
+	if memory {
+		conds[0].status, conds[0].reason, conds[0].message = v1.ConditionTrue, "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"
+	}
+	if disk {
+		conds[1].status, conds[1].reason, conds[1].message = v1.ConditionTrue, "KubeletHasDiskPressure", "kubelet has disk pressure"
+	}
+	if pid {
+		conds[2].status, conds[2].reason, conds[2].message = v1.ConditionTrue, "KubeletHasInsufficientPID", "kubelet has insufficient PID available"
+	}
 	if !ready {
 		conds[3].status, conds[3].reason, conds[3].message = v1.ConditionFalse, "KubeletNotReady", readyMsg
 	}

@@ -18,7 +18,8 @@ type podState struct {
 	leaving  map[types.UID]*v1.Pod // deleted from the sources, not yet terminated
 	rejected map[types.UID]bool    // failed admission: never run
 	statuses map[types.UID]v1.PodStatus
-	saved    *statusFiles // may be nil (tests)
+	final    map[types.UID]v1.PodStatus // set by eviction: the status a pod ends with
+	saved    *statusFiles               // may be nil (tests)
 }
 
 func newPodState() *podState {
@@ -27,7 +28,23 @@ func newPodState() *podState {
 		leaving:  map[types.UID]*v1.Pod{},
 		rejected: map[types.UID]bool{},
 		statuses: map[types.UID]v1.PodStatus{},
+		final:    map[types.UID]v1.PodStatus{},
 	}
+}
+
+// setFinal records the status a pod must end with once it is stopped.
+func (s *podState) setFinal(uid types.UID, st v1.PodStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.final[uid] = st
+}
+
+// finalStatus returns the status recorded by setFinal, if any.
+func (s *podState) finalStatus(uid types.UID) (v1.PodStatus, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st, ok := s.final[uid]
+	return st, ok
 }
 
 // pod returns a pod known to the agent, desired or leaving.
@@ -190,6 +207,7 @@ func (s *podState) forget(uid types.UID) {
 	delete(s.leaving, uid)
 	delete(s.rejected, uid)
 	delete(s.statuses, uid)
+	delete(s.final, uid)
 	if s.saved != nil {
 		s.saved.remove(uid)
 	}

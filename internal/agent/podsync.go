@@ -63,7 +63,13 @@ func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, gracePeriod
 		rs = fresh
 	}
 	st := a.generateStatus(pod, rs, nil)
-	if st.Phase == v1.PodRunning || st.Phase == v1.PodPending {
+	if final, ok := a.pods.finalStatus(pod.UID); ok {
+		// Evicted: the eviction manager's phase, reason, message and
+		// conditions, with the containers as they ended.
+		final.ContainerStatuses, final.InitContainerStatuses = st.ContainerStatuses, st.InitContainerStatuses
+		final.StartTime, final.HostIP, final.HostIPs, final.PodIP, final.PodIPs, final.QOSClass = st.StartTime, st.HostIP, st.HostIPs, st.PodIP, st.PodIPs, st.QOSClass
+		st = final
+	} else if st.Phase == v1.PodRunning || st.Phase == v1.PodPending {
 		// Everything is stopped now; a pod that did not finish on its own
 		// failed (a deleted pod is shown by its deletion timestamp).
 		if pod.DeletionTimestamp == nil {
@@ -86,5 +92,6 @@ func (a *Agent) SyncTerminatedPod(ctx context.Context, pod *v1.Pod) error {
 // podTerminated drops what the agent kept for a pod that is gone for good.
 func (a *Agent) podTerminated(uid types.UID) {
 	a.devices.RemovePod(uid)
+	a.releaseImages(uid)
 	a.startLatency.forget(uid)
 }

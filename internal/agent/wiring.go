@@ -158,7 +158,7 @@ func (a *Agent) startServer(ctx context.Context, wg *sync.WaitGroup, reg *promet
 	}
 	a.port = portOf(ln.Addr())
 	srv := server.New(server.Config{
-		Pods: a, Node: a, Events: a, Logs: a, Running: a, Stats: a, Devices: a,
+		Pods: a, Node: a, Events: a, Logs: a, Running: a, Stats: a, Devices: a, Images: a,
 		Gatherer: reg,
 		Logger:   a.log,
 	})

@@ -77,12 +77,13 @@ type DeviceList struct {
 
 // Image is one image, as served by GET /images.
 type Image struct {
-	ID        string    `json:"id"`
-	RepoTags  []string  `json:"repoTags,omitempty"`
-	Size      uint64    `json:"size"`
-	FirstSeen time.Time `json:"firstSeen,omitzero"`
-	LastUsed  time.Time `json:"lastUsed,omitzero"`
-	Pinned    bool      `json:"pinned,omitempty"`
+	ID            string    `json:"id"`
+	RepoTags      []string  `json:"repoTags"`
+	RepoDigests   []string  `json:"repoDigests"`
+	Size          uint64    `json:"size"`
+	Pinned        bool      `json:"pinned"`
+	FirstDetected time.Time `json:"firstDetected,omitzero"`
+	LastUsed      time.Time `json:"lastUsed,omitzero"`
 }
 
 // ImageList is the body of GET /images.

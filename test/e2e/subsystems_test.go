@@ -303,3 +303,32 @@ spec:
 		t.Errorf("minilet get events: %v\n%s", err, out)
 	}
 }
+
+func TestDiskPressureIsReportedAndRejectsPods(t *testing.T) {
+	requireRoot(t)
+	a := harness.New(t)
+	// A threshold no real disk meets: the node is under disk pressure at once.
+	a.ExtraArgs = []string{"--eviction-hard", "nodefs.available<100%"}
+	a.Start()
+	a.Eventually("DiskPressure=True on the node", func() (bool, string) {
+		n := a.Node()
+		for _, c := range n.Status.Conditions {
+			if c.Type == v1.NodeDiskPressure {
+				return c.Status == v1.ConditionTrue, string(c.Status)
+			}
+		}
+		return false, "no DiskPressure condition"
+	})
+	a.WriteManifest("late.yaml", `
+apiVersion: v1
+kind: Pod
+metadata: {name: late}
+spec:
+  containers:
+  - {name: main, image: host, command: ["sleep", "1000"]}
+`)
+	a.Eventually("late rejected as Evicted", func() (bool, string) {
+		p, ok := a.Pod(a.Static("late"))
+		return ok && p.Status.Phase == v1.PodFailed && p.Status.Reason == "Evicted" && strings.Contains(p.Status.Message, "DiskPressure"), describe(p, ok)
+	})
+}
