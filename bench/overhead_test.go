@@ -188,6 +188,10 @@ spec:
 	}
 	hwm, _ := kbField(fmt.Sprintf("/proc/%d/status", pid), "VmHWM")
 	agentPss, _ := kbField(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss")
+	// RssAnon is the agent's own memory; RssFile is mostly the binary's
+	// text, shared with every monitor through the page cache.
+	anon, _ := kbField(fmt.Sprintf("/proc/%d/status", pid), "RssAnon")
+	file, _ := kbField(fmt.Sprintf("/proc/%d/status", pid), "RssFile")
 	mons = monitorPids(a.RootDir)
 	var pss, monRss uint64
 	for _, m := range mons {
@@ -206,8 +210,8 @@ spec:
 	b.ReportMetric(agentCores, "agent-cores")
 	b.ReportMetric(mib(pss), "monitors-pss-MiB")
 	b.ReportMetric(float64(len(mons)), "monitors")
-	b.Logf("pods=%d window=%.1fs agent pid %d: RSS %.1f MiB (peak %.1f, PSS %.1f), CPU %.4f cores; %d monitors: PSS %.1f MiB total (%.0f KiB each), RSS %.1f MiB total, CPU %.4f cores; load %s → %s",
-		n, elapsed, pid, mib(rss), mib(hwm), mib(agentPss), agentCores, len(mons), mib(pss), float64(pss)/1024/float64(len(mons)), mib(monRss), monCores, load0, loadavg())
+	b.Logf("pods=%d window=%.1fs agent pid %d: RSS %.1f MiB (anon %.1f, file %.1f, peak %.1f, PSS %.1f), CPU %.4f cores; %d monitors: PSS %.1f MiB total (%.0f KiB each), RSS %.1f MiB total, CPU %.4f cores; load %s → %s",
+		n, elapsed, pid, mib(rss), mib(anon), mib(file), mib(hwm), mib(agentPss), agentCores, len(mons), mib(pss), float64(pss)/1024/float64(len(mons)), mib(monRss), monCores, load0, loadavg())
 }
 
 // sumTicks sums utime+stime over pids, skipping those that are gone.
