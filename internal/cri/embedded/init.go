@@ -30,6 +30,9 @@ const (
 var initDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
 func runInit() int {
+	// The bounding set is per thread: the one dropping capabilities must be
+	// the one that execs.
+	runtime.LockOSThread()
 	report := os.NewFile(3, "report")
 	syscall.CloseOnExec(3)
 	fail := func(err error) int {
@@ -63,6 +66,11 @@ func runInit() int {
 	path, err := lookPath(spec.Args[0], env)
 	if err != nil {
 		return fail(err)
+	}
+	if spec.Rootfs.Caps != nil {
+		if err := limitBoundingSet(*spec.Rootfs.Caps); err != nil {
+			return fail(err)
+		}
 	}
 	if err := setCredential(cred); err != nil {
 		return fail(err)
@@ -446,6 +454,14 @@ func execInContainer(pid, dir string, argv, env []string, fail func(error) int) 
 	runtime.LockOSThread() // setns below is per thread; the child forks from it
 	cred, err := procCredential(pid)
 	if err != nil {
+		return fail(err)
+	}
+	// The command gets no capability the container lacks.
+	bnd, err := procBoundingSet(pid)
+	if err != nil {
+		return fail(fmt.Errorf("container is gone: %w", err))
+	}
+	if err := limitBoundingSet(bnd); err != nil {
 		return fail(err)
 	}
 	for _, ns := range []struct {

@@ -18,6 +18,8 @@ type rootfsRecord struct {
 	Copy   bool        `json:"copy"`   // a private copy instead of an overlay mount
 	User   userSpec    `json:"user"`
 	Mounts []bindMount `json:"mounts,omitempty"`
+	// Caps is the capability bounding set; nil keeps all (privileged).
+	Caps *uint64 `json:"caps,omitempty"`
 }
 
 // userSpec is who the container process runs as, resolved inside the
@@ -46,6 +48,7 @@ type rootfsSpec struct {
 	Copy   bool        `json:"copy,omitempty"`
 	User   userSpec    `json:"user"`
 	Mounts []bindMount `json:"mounts,omitempty"`
+	Caps   *uint64     `json:"caps,omitempty"`
 }
 
 // rootfsDir is where a container's writable layer lives.
@@ -81,7 +84,11 @@ func (r *Runtime) imageContainer(img *imageRecord, config *runtimeapi.ContainerC
 	if err != nil {
 		return nil, nil, "", nil, err
 	}
-	rf = &rootfsRecord{Layers: append([]string(nil), img.Layers...), User: user}
+	caps, err := containerCaps(config.GetLinux().GetSecurityContext())
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	rf = &rootfsRecord{Layers: append([]string(nil), img.Layers...), User: user, Caps: caps}
 	for _, m := range config.GetMounts() {
 		if m.GetContainerPath() == "" || m.GetHostPath() == "" {
 			return nil, nil, "", nil, fmt.Errorf("field mounts: container_path and host_path are required")
@@ -204,7 +211,7 @@ func (r *Runtime) prepareRootfs(dir string, rf *rootfsRecord) error {
 // rootfsSpecFor is the init's view of a container's root filesystem.
 func (r *Runtime) rootfsSpecFor(dir string, rf *rootfsRecord) *rootfsSpec {
 	base := rootfsDir(dir)
-	spec := &rootfsSpec{Merged: filepath.Join(base, "merged"), Copy: rf.Copy, User: rf.User, Mounts: rf.Mounts}
+	spec := &rootfsSpec{Merged: filepath.Join(base, "merged"), Copy: rf.Copy, User: rf.User, Mounts: rf.Mounts, Caps: rf.Caps}
 	if !rf.Copy {
 		spec.Upper, spec.Work = filepath.Join(base, "upper"), filepath.Join(base, "work")
 		// overlayfs refuses a directory twice; a repeated layer (typically

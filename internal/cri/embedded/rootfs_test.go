@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -278,5 +279,66 @@ func TestRootfsContainerCopyFallback(t *testing.T) {
 		if rc.rec.Rootfs == nil || !rc.rec.Rootfs.Copy {
 			t.Fatalf("container %s did not use a copy", c.Id)
 		}
+	}
+}
+
+func TestRootfsContainerCapabilities(t *testing.T) {
+	requireRoot(t)
+	r := newTestRuntime(t, t.TempDir())
+	ctx := context.Background()
+	loadProbeImage(t, r, "example.com/probe:caps", v1.Config{Entrypoint: []string{"/bin/probe"}})
+	sb, _ := testSandbox(t, r)
+	capBnd := func(status string) string {
+		for _, l := range strings.Split(status, "\n") {
+			if v, ok := strings.CutPrefix(l, "CapBnd:"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return "<none>"
+	}
+	host, err := procBoundingSet("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name string
+		sc   *runtimeapi.LinuxContainerSecurityContext
+		want string
+	}{
+		{"default", nil, "00000000a80425fb"},
+		{"add NET_ADMIN, drop KILL", &runtimeapi.LinuxContainerSecurityContext{Capabilities: &runtimeapi.Capability{
+			AddCapabilities: []string{"NET_ADMIN"}, DropCapabilities: []string{"CAP_KILL"}}}, "00000000a80435db"},
+		{"drop ALL", &runtimeapi.LinuxContainerSecurityContext{Capabilities: &runtimeapi.Capability{DropCapabilities: []string{"ALL"}}}, "0000000000000000"},
+		{"privileged", &runtimeapi.LinuxContainerSecurityContext{Privileged: true}, fmt.Sprintf("%016x", host)},
+	} {
+		cfg := imageContainerConfig(fmt.Sprintf("caps%d", i), "example.com/probe:caps", nil, []string{"sleep"})
+		cfg.Linux = &runtimeapi.LinuxContainerConfig{SecurityContext: tc.sc}
+		id := startContainer(t, r, sb, cfg)
+		resp, _ := r.ContainerStatus(ctx, id, true)
+		status, err := os.ReadFile("/proc/" + resp.Info["pid"] + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A container cannot gain what the agent itself lacks.
+		mask, _ := strconv.ParseUint(tc.want, 16, 64)
+		want := fmt.Sprintf("%016x", mask&host)
+		if got := capBnd(string(status)); got != want {
+			t.Errorf("%s: container CapBnd %s, want %s", tc.name, got, want)
+		}
+		out, _, err := r.ExecSync(ctx, id, []string{"probe", "cat", "/proc/self/status"}, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := capBnd(string(out)); got != want {
+			t.Errorf("%s: exec CapBnd %s, want %s", tc.name, got, want)
+		}
+		if err := r.RemoveContainer(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := &runtimeapi.ContainerConfig{Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+		Capabilities: &runtimeapi.Capability{AddCapabilities: []string{"FLY"}}}}}
+	if _, _, _, _, err := r.imageContainer(&imageRecord{ID: "sha256:z", Config: imageConfig{Cmd: []string{"x"}}}, bad); err == nil || !strings.Contains(err.Error(), "capabilities.add") {
+		t.Fatalf("unknown capability accepted: %v", err)
 	}
 }
