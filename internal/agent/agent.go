@@ -74,21 +74,23 @@ type Agent struct {
 	clock    clock.WithTicker
 	recorder events.Recorder
 
-	runtime   podRuntime
-	cri       criRuntime
-	cgroups   podCgroups
-	cm        *cm.Manager
-	devices   podDevices
-	devmgr    *devicemanager.Manager
-	prober    podProber
-	probeMgr  *prober.Manager
-	workers   *podworkers.Workers
-	pleg      *pleg.PLEG
-	statusGen status.Generator
-	events    *store.Events
-	imageGC   *images.GC
-	eviction  *eviction.Manager
-	metrics   *agentMetrics
+	runtime     podRuntime
+	cri         criRuntime
+	cgroups     podCgroups
+	cm          *cm.Manager
+	devices     podDevices
+	devmgr      *devicemanager.Manager
+	prober      podProber
+	probeMgr    *prober.Manager
+	workers     *podworkers.Workers
+	pleg        *pleg.PLEG
+	statusGen   status.Generator
+	events      *store.Events
+	broadcaster *events.Broadcaster
+	cluster     clusterLink // nil in standalone mode
+	imageGC     *images.GC
+	eviction    *eviction.Manager
+	metrics     *agentMetrics
 
 	pods         *podState
 	imageHolds   sync.Map // pod UID -> []func() releasing image GC holds

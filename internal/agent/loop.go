@@ -68,6 +68,14 @@ func (a *Agent) applySnapshot(ctx context.Context, u sourceSnapshot) {
 	}
 	var added []*v1.Pod
 	for _, p := range u.pods {
+		if p.DeletionTimestamp != nil {
+			// Deleted in the API server: terminate gracefully, then
+			// finalize the deletion (housekeeping).
+			if !a.pods.isLeaving(p.UID) {
+				a.deletePod(p)
+			}
+			continue
+		}
 		if cur, known := a.pods.pod(p.UID); known {
 			if !a.pods.isRejected(p.UID) && !a.pods.isLeaving(p.UID) {
 				a.pods.setDesired(p)
@@ -115,6 +123,16 @@ func (a *Agent) addPod(ctx context.Context, pod *v1.Pod) {
 	a.workers.UpdatePod(pod)
 }
 
+// deletePod terminates a pod the API server deleted gracefully, with the
+// grace period it asked for.
+func (a *Agent) deletePod(pod *v1.Pod) {
+	if _, known := a.pods.pod(pod.UID); !known {
+		a.pods.setDesired(pod)
+	}
+	a.pods.markLeaving(pod)
+	a.workers.KillPod(pod, pod.DeletionGracePeriodSeconds)
+}
+
 // removePod starts the termination of a pod whose manifest went away.
 func (a *Agent) removePod(pod *v1.Pod) {
 	if a.pods.isRejected(pod.UID) {
@@ -151,6 +169,9 @@ func (a *Agent) housekeeping(ctx context.Context) {
 			continue
 		}
 		if a.workers.Forget(uid) {
+			if p, ok := a.pods.pod(uid); ok {
+				a.podGoneForGood(ctx, p)
+			}
 			a.pods.forget(uid)
 			a.podTerminated(uid)
 		}

@@ -25,6 +25,7 @@ func (a *Agent) SyncPod(ctx context.Context, pod *v1.Pod) (bool, time.Duration, 
 	st := a.generateStatus(pod, rs, nil)
 	if st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
 		a.pods.setStatus(pod.UID, st)
+		a.publishStatus(ctx, pod, st)
 		return true, 0, nil
 	}
 	if err := a.cgroups.EnsurePod(pod); err != nil {
@@ -42,6 +43,7 @@ func (a *Agent) SyncPod(ctx context.Context, pod *v1.Pod) (bool, time.Duration, 
 	}
 	st = a.generateStatus(pod, rs, res.Waiting)
 	a.pods.setStatus(pod.UID, st)
+	a.publishStatus(ctx, pod, st)
 	a.markStarted(pod, st)
 	if st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
 		return true, 0, nil
@@ -77,6 +79,7 @@ func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, gracePeriod
 		}
 	}
 	a.pods.setStatus(pod.UID, st)
+	a.publishStatus(ctx, pod, st)
 	return nil
 }
 

@@ -44,6 +44,7 @@ func (a *Agent) startEvents(ctx context.Context, reg prometheus.Registerer) (fun
 	b.AddSink(events.NewLogSink(a.log))
 	b.AddSink(events.NewStoreSink(st))
 	b.Start(ctx)
+	a.broadcaster = b
 	a.recorder = b.NewRecorder(v1.EventSource{Component: "minilet", Host: a.cfg.NodeName})
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -181,6 +182,9 @@ func (a *Agent) startServer(ctx context.Context, wg *sync.WaitGroup, reg *promet
 // into one channel for the sync loop.
 func (a *Agent) startSources(ctx context.Context, wg *sync.WaitGroup) (<-chan sourceSnapshot, error) {
 	out := make(chan sourceSnapshot, 4)
+	if err := a.startCluster(ctx, wg, out); err != nil {
+		return nil, err
+	}
 	onError := func(path string, err error) {
 		a.log.Warn("bad pod manifest", "path", path, "err", err)
 		a.recorder.Eventf(a.nodeRef(), v1.EventTypeWarning, podsource.ReasonInvalidManifest, "%s: %v", path, err)
