@@ -46,7 +46,7 @@ func runInit() int {
 	if spec.Rootfs == nil || len(spec.Args) == 0 {
 		return fail(errors.New("init: no root filesystem or command"))
 	}
-	if err := setupRootfs(spec.Rootfs); err != nil {
+	if err := setupRootfs(spec.Rootfs, spec.WorkingDir); err != nil {
 		return fail(err)
 	}
 	cred, home, err := resolveUser(spec.Rootfs.User)
@@ -56,9 +56,6 @@ func runInit() int {
 	env := spec.Env
 	if !hasEnv(env, "HOME") {
 		env = append(env, "HOME="+home)
-	}
-	if err := os.MkdirAll(spec.WorkingDir, 0o755); err != nil {
-		return fail(fmt.Errorf("working directory %s: %w", spec.WorkingDir, err))
 	}
 	if err := os.Chdir(spec.WorkingDir); err != nil {
 		return fail(fmt.Errorf("working directory %s: %w", spec.WorkingDir, err))
@@ -78,8 +75,9 @@ func runInit() int {
 	return fail(syscall.Exec(path, spec.Args, env))
 }
 
-// setupRootfs mounts the container's filesystems and pivots into them.
-func setupRootfs(rs *rootfsSpec) error {
+// setupRootfs mounts the container's filesystems, creates the working
+// directory, and pivots into them.
+func setupRootfs(rs *rootfsSpec, workDir string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -145,6 +143,14 @@ func setupRootfs(rs *rootfsSpec) error {
 			return nil
 		}); err != nil {
 			return err
+		}
+	}
+	if wd, err := secureJoin(m, workDir); err != nil || os.MkdirAll(wd, 0o755) != nil {
+		return fmt.Errorf("working directory %s: cannot create it", workDir)
+	}
+	if rs.ReadOnly {
+		if err := unix.Mount("", m, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
+			return fmt.Errorf("make the root filesystem read-only: %w", err)
 		}
 	}
 	// pivot_root(".", ".") stacks the old root on the new one; detaching it

@@ -20,6 +20,8 @@ type rootfsRecord struct {
 	Mounts []bindMount `json:"mounts,omitempty"`
 	// Caps is the capability bounding set; nil keeps all (privileged).
 	Caps *uint64 `json:"caps,omitempty"`
+	// ReadOnly makes the root filesystem read-only (mounts stay as given).
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 // userSpec is who the container process runs as, resolved inside the
@@ -41,14 +43,15 @@ type bindMount struct {
 
 // rootfsSpec is the part of the monitor spec the container init needs.
 type rootfsSpec struct {
-	Lower  []string    `json:"lower,omitempty"` // layer dirs, top first (overlay lowerdir order)
-	Upper  string      `json:"upper,omitempty"`
-	Work   string      `json:"work,omitempty"`
-	Merged string      `json:"merged"`
-	Copy   bool        `json:"copy,omitempty"`
-	User   userSpec    `json:"user"`
-	Mounts []bindMount `json:"mounts,omitempty"`
-	Caps   *uint64     `json:"caps,omitempty"`
+	Lower    []string    `json:"lower,omitempty"` // layer dirs, top first (overlay lowerdir order)
+	Upper    string      `json:"upper,omitempty"`
+	Work     string      `json:"work,omitempty"`
+	Merged   string      `json:"merged"`
+	Copy     bool        `json:"copy,omitempty"`
+	User     userSpec    `json:"user"`
+	Mounts   []bindMount `json:"mounts,omitempty"`
+	Caps     *uint64     `json:"caps,omitempty"`
+	ReadOnly bool        `json:"readOnly,omitempty"`
 }
 
 // rootfsDir is where a container's writable layer lives.
@@ -88,12 +91,20 @@ func (r *Runtime) imageContainer(img *imageRecord, config *runtimeapi.ContainerC
 	if err != nil {
 		return nil, nil, "", nil, err
 	}
-	rf = &rootfsRecord{Layers: append([]string(nil), img.Layers...), User: user, Caps: caps}
+	rf = &rootfsRecord{Layers: append([]string(nil), img.Layers...), User: user, Caps: caps,
+		ReadOnly: config.GetLinux().GetSecurityContext().GetReadonlyRootfs()}
 	for _, m := range config.GetMounts() {
 		if m.GetContainerPath() == "" || m.GetHostPath() == "" {
 			return nil, nil, "", nil, fmt.Errorf("field mounts: container_path and host_path are required")
 		}
 		rf.Mounts = append(rf.Mounts, bindMount{Source: m.GetHostPath(), Target: m.GetContainerPath(), ReadOnly: m.GetReadonly()})
+	}
+	// Devices (from device plugins) are their host nodes bound in place.
+	for _, d := range config.GetDevices() {
+		if d.GetContainerPath() == "" || d.GetHostPath() == "" {
+			return nil, nil, "", nil, fmt.Errorf("field devices: container_path and host_path are required")
+		}
+		rf.Mounts = append(rf.Mounts, bindMount{Source: d.GetHostPath(), Target: d.GetContainerPath(), ReadOnly: !strings.Contains(d.GetPermissions(), "w") && d.GetPermissions() != ""})
 	}
 	return args, env, workDir, rf, nil
 }
@@ -211,7 +222,7 @@ func (r *Runtime) prepareRootfs(dir string, rf *rootfsRecord) error {
 // rootfsSpecFor is the init's view of a container's root filesystem.
 func (r *Runtime) rootfsSpecFor(dir string, rf *rootfsRecord) *rootfsSpec {
 	base := rootfsDir(dir)
-	spec := &rootfsSpec{Merged: filepath.Join(base, "merged"), Copy: rf.Copy, User: rf.User, Mounts: rf.Mounts, Caps: rf.Caps}
+	spec := &rootfsSpec{Merged: filepath.Join(base, "merged"), Copy: rf.Copy, User: rf.User, Mounts: rf.Mounts, Caps: rf.Caps, ReadOnly: rf.ReadOnly}
 	if !rf.Copy {
 		spec.Upper, spec.Work = filepath.Join(base, "upper"), filepath.Join(base, "work")
 		// overlayfs refuses a directory twice; a repeated layer (typically

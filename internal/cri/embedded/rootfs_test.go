@@ -342,3 +342,32 @@ func TestRootfsContainerCapabilities(t *testing.T) {
 		t.Fatalf("unknown capability accepted: %v", err)
 	}
 }
+
+func TestRootfsContainerReadOnlyRootAndDevices(t *testing.T) {
+	requireRoot(t)
+	r := newTestRuntime(t, t.TempDir())
+	loadProbeImage(t, r, "example.com/probe:ro", v1.Config{Entrypoint: []string{"/bin/probe"}, WorkingDir: "/app"})
+	sb, _ := testSandbox(t, r)
+	vol := t.TempDir()
+	cfg := imageContainerConfig("ro", "example.com/probe:ro", nil, []string{"write", "/image-marker", "x"})
+	cfg.Linux = &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{ReadonlyRootfs: true}}
+	st, lines := runToExit(t, r, sb, cfg)
+	if st.ExitCode != 1 || len(lines) != 1 || !strings.Contains(lines[0], "read-only file system") {
+		t.Fatalf("write to a read-only root: exit %d, log %q", st.ExitCode, lines)
+	}
+	// Mounts stay writable, devices appear where asked.
+	cfg = imageContainerConfig("vol", "example.com/probe:ro", nil, []string{"write", "/data/out", "hello"})
+	cfg.Linux = &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{ReadonlyRootfs: true}}
+	cfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: vol}}
+	if st, lines := runToExit(t, r, sb, cfg); st.ExitCode != 0 {
+		t.Fatalf("write to a volume: exit %d, log %q", st.ExitCode, lines)
+	}
+	if data, err := os.ReadFile(filepath.Join(vol, "out")); err != nil || string(data) != "hello" {
+		t.Fatalf("volume content %q, %v", data, err)
+	}
+	cfg = imageContainerConfig("dev", "example.com/probe:ro", nil, []string{"cat", "/dev/plugin0"})
+	cfg.Devices = []*runtimeapi.Device{{HostPath: "/dev/null", ContainerPath: "/dev/plugin0", Permissions: "rw"}}
+	if st, lines := runToExit(t, r, sb, cfg); st.ExitCode != 0 || len(lines) != 0 {
+		t.Fatalf("device: exit %d, log %q", st.ExitCode, lines)
+	}
+}
