@@ -196,7 +196,7 @@ func (a *Agent) Stop() {
 // killPods kills every process left in the agent's cgroup root and removes
 // the cgroups, so tests do not leak pods into each other.
 func (a *Agent) killPods() {
-	for _, ctrl := range []string{"memory", "cpu", "cpuacct", "pids", "cpuset", "blkio", "devices", "freezer", "hugetlb", "net_cls", "perf_event", "systemd"} {
+	for _, ctrl := range []string{"memory", "cpu", "cpuacct", "pids", "cpuset", "blkio", "devices", "freezer", "hugetlb", "net_cls", "perf_event", "systemd", "unified"} {
 		root := filepath.Join("/sys/fs/cgroup", ctrl, a.CgroupRoot)
 		if _, err := os.Stat(root); err != nil {
 			continue
