@@ -75,3 +75,26 @@ func TestNewerOrSame(t *testing.T) {
 		}
 	}
 }
+
+func TestMergePodStatusKeepsWhatOthersOwn(t *testing.T) {
+	old := v1.PodStatus{
+		QOSClass:          v1.PodQOSBestEffort,
+		NominatedNodeName: "n",
+		Conditions: []v1.PodCondition{
+			{Type: v1.PodScheduled, Status: v1.ConditionTrue},
+			{Type: v1.PodReady, Status: v1.ConditionFalse},
+			{Type: "example.com/gate", Status: v1.ConditionTrue},
+		},
+	}
+	got := mergePodStatus(old, v1.PodStatus{Phase: v1.PodRunning, Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}})
+	if got.QOSClass != v1.PodQOSBestEffort || got.NominatedNodeName != "n" {
+		t.Errorf("API server's fields dropped: %+v", got)
+	}
+	types := map[v1.PodConditionType]v1.ConditionStatus{}
+	for _, c := range got.Conditions {
+		types[c.Type] = c.Status
+	}
+	if len(got.Conditions) != 3 || types[v1.PodReady] != v1.ConditionTrue || types[v1.PodScheduled] != v1.ConditionTrue || types["example.com/gate"] != v1.ConditionTrue {
+		t.Errorf("conditions: %+v", got.Conditions)
+	}
+}

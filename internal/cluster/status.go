@@ -154,7 +154,7 @@ func (s *statusManager) write(ctx context.Context, p pendingStatus) error {
 	if err != nil {
 		return err
 	}
-	newJSON, err := json.Marshal(statusOnly(target.UID, p.status))
+	newJSON, err := json.Marshal(statusOnly(target.UID, mergePodStatus(target.Status, p.status)))
 	if err != nil {
 		return err
 	}
@@ -211,6 +211,41 @@ func newerOrSame(a, b string) bool {
 		return len(a) > len(b)
 	}
 	return a >= b
+}
+
+// kubeletConditions are the pod condition types the node owns; others
+// (PodScheduled, readiness gates, DisruptionTarget) belong to other
+// writers and are kept as the API server has them.
+var kubeletConditions = map[v1.PodConditionType]bool{
+	v1.PodReadyToStartContainers: true,
+	v1.PodInitialized:            true,
+	v1.PodReady:                  true,
+	v1.ContainersReady:           true,
+}
+
+// mergePodStatus is the status to write: the agent's, plus what other
+// writers own in the API server's copy (their conditions, the QoS class
+// the API server computed, scheduling and resource claim fields the node
+// may not change).
+func mergePodStatus(old, want v1.PodStatus) v1.PodStatus {
+	out := *want.DeepCopy()
+	have := map[v1.PodConditionType]bool{}
+	for _, c := range out.Conditions {
+		have[c.Type] = true
+	}
+	for _, c := range old.Conditions {
+		if !have[c.Type] && !kubeletConditions[c.Type] {
+			out.Conditions = append(out.Conditions, c)
+		}
+	}
+	if out.QOSClass == "" {
+		out.QOSClass = old.QOSClass
+	}
+	out.NominatedNodeName = old.NominatedNodeName
+	out.ResourceClaimStatuses = old.ResourceClaimStatuses
+	out.ExtendedResourceClaimStatus = old.ExtendedResourceClaimStatus
+	out.NodeAllocatableResourceClaimStatuses = old.NodeAllocatableResourceClaimStatuses
+	return out
 }
 
 func statusOnly(uid types.UID, st v1.PodStatus) *v1.Pod {
