@@ -34,25 +34,17 @@ func newGetCommand(e *env) *cobra.Command {
 		Aliases: []string{"pod", "po"},
 		Short:   "List pods: NAMESPACE NAME READY STATUS RESTARTS AGE (wide: IP NODE)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "wide"); err != nil {
-				return err
-			}
-			c, err := e.client(cmd)
+			list, err := fetch[v1.PodList](cmd, e, output, "/pods", "")
 			if err != nil {
-				return err
-			}
-			var list v1.PodList
-			if err := c.getJSON(cmd.Context(), "/pods", &list); err != nil {
 				return err
 			}
 			list.Items = filterPods(list.Items, namespace, args)
 			if len(args) > 0 && len(list.Items) == 0 {
 				return fmt.Errorf("pod %s not found: %w", strings.Join(args, ", "), errdefs.ErrNotFound)
 			}
-			if output == "json" || output == "yaml" {
-				return printObject(cmd.OutOrStdout(), output, list)
-			}
-			return printPods(cmd.OutOrStdout(), list.Items, output == "wide", namespace == "", e.now())
+			return emit(cmd, output, list, func() error {
+				return printPods(cmd.OutOrStdout(), list.Items, output == "wide", namespace == "", e.now())
+			})
 		},
 	}
 	pods.Flags().StringVarP(&namespace, "namespace", "n", "", "only pods of this namespace (default: all)")
@@ -63,21 +55,13 @@ func newGetCommand(e *env) *cobra.Command {
 		Short:   "List events: LAST SEEN TYPE REASON OBJECT MESSAGE",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "wide"); err != nil {
-				return err
-			}
-			c, err := e.client(cmd)
+			list, err := fetch[v1.EventList](cmd, e, output, "/events", "")
 			if err != nil {
 				return err
 			}
-			var list v1.EventList
-			if err := c.getJSON(cmd.Context(), "/events", &list); err != nil {
-				return err
-			}
-			if output == "json" || output == "yaml" {
-				return printObject(cmd.OutOrStdout(), output, list)
-			}
-			return printEvents(cmd.OutOrStdout(), list.Items, output == "wide", e.now())
+			return emit(cmd, output, list, func() error {
+				return printEvents(cmd.OutOrStdout(), list.Items, output == "wide", e.now())
+			})
 		},
 	}
 
@@ -87,21 +71,13 @@ func newGetCommand(e *env) *cobra.Command {
 		Short:   "Show the node: NAME STATUS ROLES AGE VERSION (wide: addresses, OS, capacity/allocatable)",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "wide"); err != nil {
-				return err
-			}
-			c, err := e.client(cmd)
+			n, err := fetch[v1.Node](cmd, e, output, "/node", "")
 			if err != nil {
 				return err
 			}
-			var n v1.Node
-			if err := c.getJSON(cmd.Context(), "/node", &n); err != nil {
-				return err
-			}
-			if output == "json" || output == "yaml" {
-				return printObject(cmd.OutOrStdout(), output, n)
-			}
-			return printNode(cmd.OutOrStdout(), &n, output == "wide", e.now())
+			return emit(cmd, output, n, func() error {
+				return printNode(cmd.OutOrStdout(), n, output == "wide", e.now())
+			})
 		},
 	}
 
@@ -111,24 +87,13 @@ func newGetCommand(e *env) *cobra.Command {
 		Short:   "List device-plugin devices: RESOURCE DEVICE HEALTH POD CONTAINER",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "wide"); err != nil {
+			list, err := fetch[server.DeviceList](cmd, e, output, "/devices", "devices")
+			if err != nil || list == nil {
 				return err
 			}
-			c, err := e.client(cmd)
-			if err != nil {
-				return err
-			}
-			var list server.DeviceList
-			if err := c.getJSON(cmd.Context(), "/devices", &list); err != nil {
-				if notEnabled(err) {
-					_, err = fmt.Fprintf(cmd.ErrOrStderr(), "No devices found (%v).\n", err)
-				}
-				return err
-			}
-			if output == "json" || output == "yaml" {
-				return printObject(cmd.OutOrStdout(), output, list)
-			}
-			return printDevices(cmd.OutOrStdout(), cmd.ErrOrStderr(), list.Items)
+			return emit(cmd, output, list, func() error {
+				return printDevices(cmd.OutOrStdout(), cmd.ErrOrStderr(), list.Items)
+			})
 		},
 	}
 
@@ -138,28 +103,47 @@ func newGetCommand(e *env) *cobra.Command {
 		Short:   "List images: IMAGE ID SIZE LAST USED PINNED",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output, "wide"); err != nil {
+			list, err := fetch[server.ImageList](cmd, e, output, "/images", "images")
+			if err != nil || list == nil {
 				return err
 			}
-			c, err := e.client(cmd)
-			if err != nil {
-				return err
-			}
-			var list server.ImageList
-			if err := c.getJSON(cmd.Context(), "/images", &list); err != nil {
-				if notEnabled(err) {
-					_, err = fmt.Fprintf(cmd.ErrOrStderr(), "No images found (%v).\n", err)
-				}
-				return err
-			}
-			if output == "json" || output == "yaml" {
-				return printObject(cmd.OutOrStdout(), output, list)
-			}
-			return printImages(cmd.OutOrStdout(), cmd.ErrOrStderr(), list.Items, e.now())
+			return emit(cmd, output, list, func() error {
+				return printImages(cmd.OutOrStdout(), cmd.ErrOrStderr(), list.Items, e.now())
+			})
 		},
 	}
 	cmd.AddCommand(pods, events, node, devices, images)
 	return cmd
+}
+
+// fetch checks the -o value and reads path from the agent into a T. When
+// kind is set and the agent answers that the endpoint is off, it says "No
+// <kind> found" on stderr and returns a nil T and a nil error: the
+// listing is then empty, not failed.
+func fetch[T any](cmd *cobra.Command, e *env, output, path, kind string) (*T, error) {
+	if err := checkOutput(output, "wide"); err != nil {
+		return nil, err
+	}
+	c, err := e.client(cmd)
+	if err != nil {
+		return nil, err
+	}
+	var obj T
+	if err := c.getJSON(cmd.Context(), path, &obj); err != nil {
+		if kind != "" && notEnabled(err) {
+			_, err = fmt.Fprintf(cmd.ErrOrStderr(), "No %s found (%v).\n", kind, err)
+		}
+		return nil, err
+	}
+	return &obj, nil
+}
+
+// emit prints obj as JSON or YAML when -o asks for it, else runs table.
+func emit(cmd *cobra.Command, output string, obj any, table func() error) error {
+	if output == "json" || output == "yaml" {
+		return printObject(cmd.OutOrStdout(), output, obj)
+	}
+	return table()
 }
 
 // notEnabled reports whether the agent answered that the endpoint's

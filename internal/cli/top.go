@@ -23,12 +23,8 @@ func newTopCommand(e *env) *cobra.Command {
 		Short:   "CPU (cores) and memory (working set) per pod",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := e.client(cmd)
+			sum, err := fetch[statsapi.Summary](cmd, e, "", "/stats/summary", "")
 			if err != nil {
-				return err
-			}
-			var sum statsapi.Summary
-			if err := c.getJSON(cmd.Context(), "/stats/summary", &sum); err != nil {
 				return err
 			}
 			return printTopPods(cmd.OutOrStdout(), sum.Pods, namespace)
@@ -41,19 +37,15 @@ func newTopCommand(e *env) *cobra.Command {
 		Short:   "CPU and memory usage of the node, also as a share of allocatable",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := e.client(cmd)
+			sum, err := fetch[statsapi.Summary](cmd, e, "", "/stats/summary", "")
 			if err != nil {
 				return err
 			}
-			var sum statsapi.Summary
-			if err := c.getJSON(cmd.Context(), "/stats/summary", &sum); err != nil {
+			n, err := fetch[v1.Node](cmd, e, "", "/node", "")
+			if err != nil {
 				return err
 			}
-			var n v1.Node
-			if err := c.getJSON(cmd.Context(), "/node", &n); err != nil {
-				return err
-			}
-			return printTopNode(cmd.OutOrStdout(), &sum.Node, &n)
+			return printTopNode(cmd.OutOrStdout(), &sum.Node, n)
 		},
 	}
 	cmd.AddCommand(pods, node)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -296,6 +297,23 @@ func subdirs(dir string) ([]string, error) {
 			out = append(out, e.Name())
 		}
 	}
+	return out, nil
+}
+
+// pidsUnder returns the sorted, distinct pids of dirs and all their
+// descendant cgroups; a missing dir contributes none.
+func pidsUnder(dirs ...string) ([]int, error) {
+	seen := map[int]bool{}
+	for _, dir := range dirs {
+		if err := walkPids(dir, seen); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Ints(out)
 	return out, nil
 }
 

@@ -176,19 +176,12 @@ func (d *v1Driver) Exists(n Name) bool {
 }
 
 func (d *v1Driver) Pids(n Name) ([]int, error) {
-	seen := map[int]bool{}
 	rel := d.Path(n)
+	dirs := make([]string, 0, len(d.dirs))
 	for _, h := range d.dirs {
-		if err := walkPids(filepath.Join(h, rel), seen); err != nil {
-			return nil, err
-		}
+		dirs = append(dirs, filepath.Join(h, rel))
 	}
-	out := make([]int, 0, len(seen))
-	for p := range seen {
-		out = append(out, p)
-	}
-	sort.Ints(out)
-	return out, nil
+	return pidsUnder(dirs...)
 }
 
 func (d *v1Driver) Destroy(ctx context.Context, n Name) error {

@@ -164,16 +164,7 @@ func (d *v2Driver) Exists(n Name) bool {
 }
 
 func (d *v2Driver) Pids(n Name) ([]int, error) {
-	seen := map[int]bool{}
-	if err := walkPids(d.dir(n), seen); err != nil {
-		return nil, err
-	}
-	out := make([]int, 0, len(seen))
-	for p := range seen {
-		out = append(out, p)
-	}
-	sort.Ints(out)
-	return out, nil
+	return pidsUnder(d.dir(n))
 }
 
 func (d *v2Driver) Destroy(ctx context.Context, n Name) error {
