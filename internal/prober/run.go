@@ -42,7 +42,7 @@ func (m *Manager) runProbe(ctx context.Context, w *worker, status *v1.PodStatus)
 	switch {
 	case err != nil:
 		m.log.Warn("probe errored", "pod", podRef(w.pod), "container", w.container.Name, "probe", w.kind, "err", err)
-		m.cfg.Recorder.Eventf(w.pod, v1.EventTypeWarning, "Unhealthy", "%s probe errored: %v", w.kind, err)
+		m.cfg.Recorder.Eventf(w.pod, v1.EventTypeWarning, "Unhealthy", "%s probe errored and resulted in unknown state: %v", w.kind, err)
 		m.metrics.observe(w, Unknown, elapsed)
 		return Failure, err
 	case res == probe.Success || res == probe.Warning:

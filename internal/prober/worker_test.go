@@ -246,7 +246,7 @@ func TestEvents(t *testing.T) {
 	h.step(t, h.worker(t, pod, "app", Readiness), errs, errs, errs)
 	want := []string{
 		"Warning Unhealthy Liveness probe failed: probe said no\n",
-		"Warning Unhealthy Readiness probe errored: exec probe in container cid-1: runtime is down",
+		"Warning Unhealthy Readiness probe errored and resulted in unknown state: exec probe in container cid-1: runtime is down",
 	}
 	got := h.rec.list()
 	if len(got) != len(want) {
