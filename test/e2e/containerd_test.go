@@ -336,3 +336,121 @@ func stopContainerd(t *testing.T, state string) {
 		return err != nil || strings.Contains(string(b), ") Z "), string(b)
 	})
 }
+
+func TestContainerdExecLivenessFailureRestartsTheContainer(t *testing.T) {
+	a := containerdAgent(t)
+	dir := t.TempDir()
+	healthy := filepath.Join(dir, "healthy")
+	if err := os.WriteFile(healthy, []byte("ok"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The probe reads a file the test controls, through a hostPath mount.
+	a.WriteManifest("clive.yaml", fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: clive}
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - {name: probe, hostPath: {path: %s}}
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "1000"]
+    volumeMounts:
+    - {name: probe, mountPath: /probe}
+    livenessProbe:
+      exec: {command: ["cat", "/probe/healthy"]}
+      periodSeconds: 1
+      failureThreshold: 2
+`, dir, harness.BusyboxImage))
+	name := a.Static("clive")
+	a.Eventually("clive Running", func() (bool, string) {
+		p, ok := a.Pod(name)
+		return ok && p.Status.Phase == v1.PodRunning, describe(p, ok)
+	})
+	if err := os.Remove(healthy); err != nil {
+		t.Fatal(err)
+	}
+	a.Eventually("a restart after the liveness probe failed", func() (bool, string) {
+		p, ok := a.Pod(name)
+		s, _ := containerStatus(p, "main")
+		return ok && s.RestartCount >= 1, describe(p, ok)
+	})
+	if err := os.WriteFile(healthy, []byte("ok"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.Eventually("Unhealthy and Killing events", func() (bool, string) {
+		evs := a.Events("default/" + name)
+		return hasEvent(evs, v1.EventTypeWarning, "Unhealthy", "Liveness probe failed") &&
+			hasEvent(evs, v1.EventTypeNormal, "Killing", "failed liveness probe, will be restarted"), eventSummary(evs)
+	})
+}
+
+func TestContainerdDevicePluginEnvIsInjected(t *testing.T) {
+	a := containerdAgent(t)
+	a.StartPlugin("example.com/dev", "d1", "d2")
+	a.Eventually("the node advertises example.com/dev", func() (bool, string) {
+		n := a.Node()
+		q := n.Status.Allocatable[v1.ResourceName("example.com/dev")]
+		return q.Value() == 2, fmt.Sprint(n.Status.Allocatable)
+	})
+	a.WriteManifest("cdev.yaml", fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: cdev}
+spec:
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: IfNotPresent
+    command: ["/bin/sh", "-c", "echo devices=$EXAMPLE_DEVICES; exec sleep 1000"]
+    resources: {limits: {example.com/dev: 1}}
+`, harness.BusyboxImage))
+	name := a.Static("cdev")
+	a.Eventually("the container logs the device it was given", func() (bool, string) {
+		var s string
+		err := a.Get("/containerLogs/default/"+name+"/main", &s)
+		return err == nil && (strings.Contains(s, "devices=d1") || strings.Contains(s, "devices=d2")), fmt.Sprint(s, err)
+	})
+}
+
+func TestContainerdCgroupsFollowQoS(t *testing.T) {
+	a := containerdAgent(t)
+	a.WriteManifest("cburst.yaml", fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: cburst}
+spec:
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: IfNotPresent
+    command: ["/bin/sh", "-c", "cat /proc/self/cgroup; exec sleep 1000"]
+    resources: {requests: {cpu: 100m, memory: 16Mi}, limits: {memory: 64Mi}}
+`, harness.BusyboxImage))
+	name := a.Static("cburst")
+	var p v1.Pod
+	a.Eventually("cburst Running", func() (bool, string) {
+		var ok bool
+		p, ok = a.Pod(name)
+		return ok && p.Status.Phase == v1.PodRunning && p.Status.QOSClass == v1.PodQOSBurstable, describe(p, ok)
+	})
+	s, _ := containerStatus(p, "main")
+	id := strings.TrimPrefix(s.ContainerID, "containerd://")
+	podCgroup := a.CgroupRoot + "/kubepods/burstable/pod" + string(p.UID)
+	a.Eventually("the container runs in its own cgroup under the pod's burstable cgroup", func() (bool, string) {
+		var out string
+		err := a.Get("/containerLogs/default/"+name+"/main", &out)
+		return err == nil && strings.Contains(out, "memory:"+podCgroup+"/"+id), out
+	})
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", podCgroup, id, "memory.limit_in_bytes"))
+	if err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(64<<20) {
+		t.Errorf("container memory.limit_in_bytes = %q (%v), want %d", b, err, 64<<20)
+	}
+	b, err = os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu", podCgroup, "cpu.shares"))
+	if err != nil || strings.TrimSpace(string(b)) != "102" {
+		t.Errorf("pod cpu.shares = %q (%v), want 102 for a 100m request", b, err)
+	}
+}
