@@ -38,13 +38,17 @@ type FileConfig struct {
 // A file that cannot be read or parsed contributes no pods and is reported
 // through OnError once per distinct problem. A pod whose namespace/name
 // another file (earlier in path order) already defines is dropped and
-// reported. A missing directory is an empty set.
+// reported. A missing directory is an empty set. A file that parsed before
+// and now does not (an editor's half-written save, a typo) keeps its last
+// good pods until it parses again or is removed, so a broken save does not
+// kill running pods.
 type FileSource struct {
-	cfg    FileConfig
-	log    *slog.Logger
-	pub    *publisher
-	errs   *errorReporter
-	missed bool // the path was missing on the last read; owned by Run
+	cfg      FileConfig
+	log      *slog.Logger
+	pub      *publisher
+	errs     *errorReporter
+	missed   bool                 // the path was missing on the last read; owned by Run
+	lastGood map[string][]*v1.Pod // pods of each file's last successful parse; owned by Run
 }
 
 // NewFile checks cfg and returns a source; call Run to start it.
@@ -189,17 +193,28 @@ func (s *FileSource) Step() {
 	s.errs.begin()
 	var pods []*v1.Pod
 	owner := map[string]string{} // namespace/name -> file defining it
+	good := make(map[string][]*v1.Pod, len(files))
 	for _, path := range files {
 		got, err := s.readFile(path, now)
 		if err != nil {
-			s.log.Warn("ignoring manifest", "file", path, "err", err)
 			s.errs.report(path, err)
-			continue
+			last, ok := s.lastGood[path]
+			if !ok || errors.Is(err, fs.ErrNotExist) {
+				s.log.Warn("ignoring manifest", "file", path, "err", err)
+				continue
+			}
+			s.log.Warn("manifest no longer parses; keeping its last good pods", "file", path, "err", err)
+			got = make([]*v1.Pod, len(last))
+			for i, pod := range last { // the old ones were handed out: never share them
+				got[i] = pod.DeepCopy()
+			}
 		}
-		got = dropDuplicates(got, path, owner, s.errs)
+		good[path] = got
+		got = dropDuplicates(append([]*v1.Pod(nil), got...), path, owner, s.errs)
 		pods = append(pods, got...)
 	}
 	s.errs.end()
+	s.lastGood = good
 	if s.pub.publish(pods) {
 		s.log.Debug("static pods changed", "pods", len(pods))
 	}

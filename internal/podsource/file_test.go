@@ -354,3 +354,52 @@ func TestDiff(t *testing.T) {
 		t.Fatalf("added %v removed %v", added, removed)
 	}
 }
+
+// A manifest that parsed before and is now half-written (or broken by an
+// edit) keeps its pod, with the error reported, until it parses again; a
+// removed file drops its pod. A file that never parsed contributes none.
+func TestFileSourceBrokenSaveKeepsLastGoodPods(t *testing.T) {
+	dir := t.TempDir()
+	web := filepath.Join(dir, "web.yaml")
+	other := filepath.Join(dir, "other.yaml")
+	write(t, web, podYAML("web", "sleep 60"))
+	var sink errSink
+	s, err := NewFile(FileConfig{NodeName: node, Path: dir, Clock: clocktesting.NewFakeClock(time.Now()), Logger: testLogger(t), OnError: sink.on})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Step()
+	first := <-s.Updates()
+	if got := names(first.Pods); got != "web-node1" {
+		t.Fatalf("first snapshot = %s", got)
+	}
+	uid := uidOf(first.Pods, "web-node1")
+
+	full := podYAML("web", "sleep 60")
+	write(t, web, full[:len(full)/2]+"\n  - [") // a half-written save
+	write(t, other, "apiVersion: v1\nkind: Pod\nmetadata: [\n")
+	s.Step()
+	select {
+	case u := <-s.Updates():
+		t.Fatalf("a broken save changed the set to %s", names(u.Pods))
+	default:
+	}
+	if errs := sink.get(web); len(errs) != 1 {
+		t.Fatalf("the broken save should be reported once, got %v", errs)
+	}
+
+	write(t, web, podYAML("web", "sleep 120"))
+	s.Step()
+	u := <-s.Updates()
+	if got := names(u.Pods); got != "web-node1" || uidOf(u.Pods, "web-node1") == uid {
+		t.Fatalf("after the fixed save: %s (uid changed: %v)", got, uidOf(u.Pods, "web-node1") != uid)
+	}
+
+	if err := os.Remove(web); err != nil {
+		t.Fatal(err)
+	}
+	s.Step()
+	if u := <-s.Updates(); len(u.Pods) != 0 {
+		t.Fatalf("after removal: %s", names(u.Pods))
+	}
+}
