@@ -150,7 +150,15 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *http.Request) {
 		// A previous instance is gone: nothing more will be written.
 		opts.Done = func() bool { return true }
 	case s.cfg.Running != nil:
-		opts.Done = func() bool { return !s.cfg.Running.ContainerRunning(ns, pod, ctr) }
+		// The instance being followed is done when the container stopped,
+		// or when it restarted: the new instance writes another file.
+		opts.Done = func() bool {
+			if !s.cfg.Running.ContainerRunning(ns, pod, ctr) {
+				return true
+			}
+			cur, err := s.cfg.Logs.ContainerLogPath(ns, pod, ctr, false)
+			return err != nil || cur != path
+		}
 	}
 	fw := &flushWriter{w: w}
 	if opts.Follow {

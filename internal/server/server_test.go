@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -372,5 +373,57 @@ func TestAddrFileRoundTrip(t *testing.T) {
 	}
 	if err := WriteAddrFile(dir, ""); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("empty address: %v", err)
+	}
+}
+
+// running reports every container as running.
+type running struct{}
+
+func (running) ContainerRunning(string, string, string) bool { return true }
+
+// restartingLogs is fakeAgent whose container restarts on demand: from then
+// on its current log is 2.log.
+type restartingLogs struct {
+	*fakeAgent
+	restarted atomic.Bool
+}
+
+func (r *restartingLogs) ContainerLogPath(ns, pod, ctr string, previous bool) (string, error) {
+	p, err := r.fakeAgent.ContainerLogPath(ns, pod, ctr, previous)
+	if err == nil && !previous && r.restarted.Load() {
+		p = filepath.Join(filepath.Dir(p), "2.log")
+	}
+	return p, err
+}
+
+// A followed log ends when the container restarts (the running container
+// is another instance, writing another file) instead of waiting forever on
+// the old file.
+func TestFollowEndsWhenContainerRestarts(t *testing.T) {
+	f := newFake(t)
+	logs := &restartingLogs{fakeAgent: f}
+	cfg := configFor(f)
+	cfg.Logs, cfg.Running = logs, running{}
+	ts := httptest.NewServer(New(cfg).Handler())
+	defer ts.Close()
+
+	c := &http.Client{Timeout: 30 * time.Second} // turns a hang into a failure
+	resp, err := c.Get(ts.URL + "/containerLogs/default/web-node1/nginx?follow=true&tailLines=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if got, err := r.ReadString('\n'); err != nil || got != "line two\n" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	writeLog(t, filepath.Join(f.logDir, "default_web-node1", "nginx", "2.log"), "2026-11-22T05:00:09.000000001Z stdout F new instance\n")
+	logs.restarted.Store(true)
+	rest, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("the stream did not end cleanly after the restart: %v", err)
+	}
+	if strings.Contains(string(rest), "new instance") {
+		t.Errorf("the old instance's stream printed the new instance's log: %q", rest)
 	}
 }
