@@ -38,7 +38,8 @@ func isSidecar(c v1.Container) bool {
 // uses: the first init container that has not succeeded decides the status
 // while initializing ("Init:1/3", "Init:CrashLoopBackOff",
 // "Init:ExitCode:1"); afterwards the last app container with a waiting or
-// terminated reason decides it; a pod being deleted shows "Terminating".
+// terminated reason decides it; a pod being deleted that has not finished
+// shows "Terminating".
 func summarizePod(pod *v1.Pod, now time.Time) podRow {
 	status := string(pod.Status.Phase)
 	if pod.Status.Reason != "" {
@@ -134,10 +135,14 @@ func summarizePod(pod *v1.Pod, now time.Time) podRow {
 		}
 	}
 
+	// A deleted pod that already finished keeps its final status, as in
+	// kubectl: only a pod still running down is "Terminating".
 	if pod.DeletionTimestamp != nil {
-		if pod.Status.Reason == "NodeLost" {
+		terminal := pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
+		switch {
+		case pod.Status.Reason == "NodeLost":
 			status = string(v1.PodUnknown)
-		} else {
+		case !terminal:
 			status = "Terminating"
 		}
 	}

@@ -174,6 +174,14 @@ func TestSummarizePod(t *testing.T) {
 			p.DeletionTimestamp = &ts
 			return p
 		}, podRow{"1/1", "Terminating", "0"}},
+		{"deleted pod that already completed keeps its status", func() *v1.Pod {
+			p := mkPod(v1.PodSucceeded, nil, []string{"a"})
+			p.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "a",
+				State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{Reason: "Completed"}}}}
+			ts := metav1.NewTime(now)
+			p.DeletionTimestamp = &ts
+			return p
+		}, podRow{"0/1", "Completed", "0"}},
 		{"pod reason overrides phase", func() *v1.Pod {
 			p := mkPod(v1.PodFailed, nil, []string{"a"})
 			p.Status.Reason = "Evicted"
