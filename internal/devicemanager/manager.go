@@ -27,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
+
+	"github.com/minilet/minilet/internal/errdefs"
 )
 
 // Defaults for Config fields left empty.
@@ -128,25 +130,25 @@ func New(cfg Config, pods PodLister, clk clock.PassiveClock, log *slog.Logger) (
 		cfg.PluginDir = DefaultPluginDir
 	}
 	if !filepath.IsAbs(cfg.PluginDir) {
-		return nil, fmt.Errorf("device manager: PluginDir %q must be an absolute path", cfg.PluginDir)
+		return nil, fmt.Errorf("device manager: PluginDir %q must be an absolute path: %w", cfg.PluginDir, errdefs.ErrInvalidArgument)
 	}
 	if cfg.GracePeriod < 0 {
-		return nil, fmt.Errorf("device manager: GracePeriod %v must not be negative", cfg.GracePeriod)
+		return nil, fmt.Errorf("device manager: GracePeriod %v must not be negative: %w", cfg.GracePeriod, errdefs.ErrInvalidArgument)
 	}
 	if cfg.GracePeriod == 0 {
 		cfg.GracePeriod = DefaultGracePeriod
 	}
 	if cfg.RPCTimeout < 0 {
-		return nil, fmt.Errorf("device manager: RPCTimeout %v must not be negative", cfg.RPCTimeout)
+		return nil, fmt.Errorf("device manager: RPCTimeout %v must not be negative: %w", cfg.RPCTimeout, errdefs.ErrInvalidArgument)
 	}
 	if cfg.PluginWait < 0 {
-		return nil, fmt.Errorf("device manager: PluginWait %v must not be negative", cfg.PluginWait)
+		return nil, fmt.Errorf("device manager: PluginWait %v must not be negative: %w", cfg.PluginWait, errdefs.ErrInvalidArgument)
 	}
 	if cfg.RPCTimeout == 0 {
 		cfg.RPCTimeout = DefaultRPCTimeout
 	}
 	if cfg.PodResourcesSocket != "" && pods == nil {
-		return nil, fmt.Errorf("device manager: PodResourcesSocket %q needs a PodLister", cfg.PodResourcesSocket)
+		return nil, fmt.Errorf("device manager: PodResourcesSocket %q needs a PodLister: %w", cfg.PodResourcesSocket, errdefs.ErrInvalidArgument)
 	}
 	if clk == nil {
 		clk = clock.RealClock{}

@@ -1,6 +1,7 @@
 package devicemanager
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/minilet/minilet/internal/errdefs"
 )
 
 func TestRegisterRejectsBadRequests(t *testing.T) {
@@ -195,9 +198,11 @@ func TestNewValidatesConfig(t *testing.T) {
 		"relative dir":      {PluginDir: "plugins"},
 		"negative grace":    {PluginDir: "/x", GracePeriod: -time.Second},
 		"pod-res no lister": {PluginDir: "/x", PodResourcesSocket: "/x/pr.sock"},
+		"negative timeout":  {PluginDir: "/x", RPCTimeout: -time.Second},
+		"negative wait":     {PluginDir: "/x", PluginWait: -time.Second},
 	} {
-		if _, err := New(cfg, nil, nil, discardLog()); err == nil {
-			t.Errorf("%s: New accepted %+v", name, cfg)
+		if _, err := New(cfg, nil, nil, discardLog()); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: New(%+v) = %v, want an InvalidArgument error", name, cfg, err)
 		}
 	}
 }
