@@ -18,6 +18,7 @@ import (
 func (a *Agent) startImageGC(ctx context.Context, wg *sync.WaitGroup) error {
 	cfg := images.ConfigFrom(a.cfg)
 	cfg.StateDir = filepath.Join(a.cfg.RootDir, "image-gc")
+	cfg.Period = a.cfg.ImageGCPeriod
 	gc, err := images.NewGC(cfg, images.Deps{
 		Images: a.cri, Containers: a.cri, Disk: images.StatfsDisk{Runtime: a.cri},
 		Recorder: a.recorder, Node: a.nodeRef(), Clock: a.clock, Logger: a.log,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -64,7 +65,7 @@ func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (criR
 	if cfg.ContainerRuntimeEndpoint != "" {
 		return newRemoteRuntime(ctx, cfg, log)
 	}
-	rt, err := embedded.New(embedded.Config{RootDir: cfg.RootDir, Logger: log})
+	rt, err := embedded.New(embedded.Config{RootDir: cfg.RootDir, Logger: log, PinnedImages: cfg.PinnedImages})
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting the embedded runtime: %w", err)
 	}
@@ -168,6 +169,10 @@ func (a *Agent) startServer(ctx context.Context, wg *sync.WaitGroup, reg *promet
 		return fmt.Errorf("recording the API address under --root-dir: %w", err)
 	}
 	a.log.Info("serving the read-only API", "address", ln.Addr().String())
+	if err := a.startAdmin(ctx, wg, errc); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -240,4 +245,40 @@ func (a *Agent) nodeRef() *v1.Node {
 	n.Name = a.cfg.NodeName
 	n.UID = types.UID(a.cfg.NodeName)
 	return n
+}
+
+// archiveLoader is a runtime that can import image archives (the embedded
+// runtime's local store).
+type archiveLoader interface {
+	LoadArchive(ctx context.Context, r io.Reader) ([]embedded.LoadedImage, error)
+}
+
+// startAdmin serves mutating calls (image load) on <root-dir>/minilet.sock,
+// mode 0600, never on the read-only port.
+func (a *Agent) startAdmin(ctx context.Context, wg *sync.WaitGroup, errc chan<- error) error {
+	loader, ok := a.cri.(archiveLoader)
+	if !ok {
+		return nil // a remote runtime pulls its own images
+	}
+	ln, err := server.ListenAdmin(a.cfg.RootDir)
+	if err != nil {
+		return fmt.Errorf("admin socket under --root-dir %s: %w", a.cfg.RootDir, err)
+	}
+	adm := server.NewAdmin(server.AdminConfig{Logger: a.log, Loader: server.ImageLoaderFunc(
+		func(ctx context.Context, r io.Reader) ([]server.LoadedImage, error) {
+			imgs, err := loader.LoadArchive(ctx, r)
+			out := make([]server.LoadedImage, 0, len(imgs))
+			for _, i := range imgs {
+				out = append(out, server.LoadedImage{ID: i.ID, RepoTags: i.RepoTags})
+			}
+			return out, err
+		})})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := adm.Serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) {
+			errc <- fmt.Errorf("admin socket: %w", err)
+		}
+	}()
+	return nil
 }

@@ -28,6 +28,8 @@ func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.
 	c := &Config{
 		Raw:                         *kc,
 		RootDir:                     o.RootDir,
+		PinnedImages:                o.PinnedImages,
+		ImageGCPeriod:               o.ImageGCPeriod,
 		DevicePluginDir:             o.DevicePluginDir,
 		Kubeconfig:                  o.Kubeconfig,
 		StaticPodPath:               kc.StaticPodPath,

@@ -79,6 +79,8 @@ type Config struct {
 	ImageMinimumGCAge           time.Duration // default 2m
 	ImageMaximumGCAge           time.Duration // default 0 (off)
 	SerializeImagePulls         bool          // default true
+	PinnedImages                []string      // --pinned-image; default none
+	ImageGCPeriod               time.Duration // --image-gc-period; default 5m
 	MaxParallelImagePulls       int           // 0 = unlimited when not serialized; default 0
 	RegistryPullQPS             int           // default 5 (0 = unlimited)
 	RegistryBurst               int           // default 10

@@ -20,6 +20,8 @@ type Options struct {
 	NodeIP           string
 	LogLevel         string
 	Verbosity        int
+	PinnedImages     []string      // --pinned-image: never garbage-collected
+	ImageGCPeriod    time.Duration // --image-gc-period
 
 	// Flags backed by a KubeletConfiguration field (name in brackets).
 	PodManifestPath          string            // staticPodPath
@@ -117,6 +119,8 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.Int64Var(&o.PodMaxPids, FlagPodMaxPids, -1, "maximum processes per pod; -1 = no limit")
 	fs.BoolVar(&o.SerializeImagePulls, FlagSerializeImagePulls, true, "pull one image at a time")
 	fs.StringVar(&o.LogLevel, FlagLogLevel, "", "log level: debug, info, warn or error (default info)")
+	fs.StringArrayVar(&o.PinnedImages, "pinned-image", nil, "image that image garbage collection never removes (repeatable)")
+	fs.DurationVar(&o.ImageGCPeriod, "image-gc-period", 5*time.Minute, "how often image garbage collection runs")
 	fs.IntVar(&o.Verbosity, FlagVerbosity, 0, "klog-style verbosity; 4 or more means --log-level=debug")
 }
 
