@@ -1,6 +1,7 @@
 package podsource
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -32,6 +33,7 @@ type HTTPConfig struct {
 // HTTPSource polls a URL serving a Pod or a PodList (YAML or JSON). A
 // failed request or a bad body keeps the last good set (a flaky server must
 // not kill pods) and is reported through OnError, once per distinct problem.
+// An empty 200 body is the empty set, as in the kubelet.
 type HTTPSource struct {
 	cfg  HTTPConfig
 	log  *slog.Logger
@@ -141,8 +143,12 @@ func (s *HTTPSource) fetch(ctx context.Context) ([]*v1.Pod, error) {
 	if len(data) > maxBody {
 		return nil, &ManifestError{Path: s.cfg.URL, Err: fmt.Errorf("body is larger than %d bytes", maxBody)}
 	}
-	if len(data) == 0 {
-		return nil, &ManifestError{Path: s.cfg.URL, Err: fmt.Errorf("empty body")}
+	if len(bytes.TrimSpace(data)) == 0 {
+		// As the kubelet does: an empty answer is an empty set, so a URL
+		// with nothing to run still counts as read (housekeeping waits for
+		// every source's first read).
+		s.log.Info("manifest URL answered an empty body: no static pods")
+		return nil, nil
 	}
 	return ParseManifest(data, s.cfg.URL, podspec.SourceHTTP, s.cfg.NodeName, s.cfg.Clock.Now())
 }

@@ -142,3 +142,41 @@ func TestNewHTTPRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// A URL that answers 200 with an empty body has no pods, as in the
+// kubelet: the source is read (ready) with an empty set, and a later empty
+// answer removes the pods it served before.
+func TestHTTPSourceEmptyBodyIsEmptySet(t *testing.T) {
+	srv := &manifestServer{}
+	srv.set(http.StatusOK, "")
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	var sink errSink
+	s, err := NewHTTP(HTTPConfig{NodeName: node, URL: ts.URL, Logger: testLogger(t), OnError: sink.on})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s.Step(ctx)
+	select {
+	case u := <-s.Updates():
+		if len(u.Pods) != 0 || !s.Ready() {
+			t.Fatalf("empty body: pods %s, ready %v", names(u.Pods), s.Ready())
+		}
+	default:
+		t.Fatal("an empty body delivered no snapshot; the source never becomes ready")
+	}
+	srv.set(http.StatusOK, podJSON("one"))
+	s.Step(ctx)
+	if u := <-s.Updates(); names(u.Pods) != "one-node1" {
+		t.Fatalf("pods %s", names(u.Pods))
+	}
+	srv.set(http.StatusOK, "\n")
+	s.Step(ctx)
+	if u := <-s.Updates(); len(u.Pods) != 0 {
+		t.Fatalf("after an empty body: %s", names(u.Pods))
+	}
+	if errs := sink.get(ts.URL); len(errs) != 0 {
+		t.Fatalf("an empty body is not an error: %v", errs)
+	}
+}
