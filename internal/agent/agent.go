@@ -202,7 +202,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	srvErr := make(chan error, 1)
+	srvErr := make(chan error, 4)
 	if err := a.startServer(ctx, &wg, reg, srvErr); err != nil {
 		return err
 	}
