@@ -138,16 +138,23 @@ func startFile(t *testing.T, cfg FileConfig) *FileSource {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runInBackground(t, s.Run)
+	return s
+}
+
+// runInBackground runs a source until the test ends, then checks that Run
+// returned nil.
+func runInBackground(t *testing.T, run func(context.Context) error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return s
 }
 
 // The watcher reacts to create, modify, rename and delete without waiting

@@ -116,15 +116,7 @@ func TestHTTPSourceRunPolls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	runInBackground(t, s.Run)
 	waitNames(t, s.Updates(), "one-node1")
 	srv.set(http.StatusOK, podList)
 	waitUpdate(t, s.Updates(), "the pod list", func(p []*v1.Pod) bool { return names(p) == "a-node1,b-node1" })
