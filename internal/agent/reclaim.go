@@ -77,13 +77,23 @@ func (a *Agent) evictPod(pod *v1.Pod, st v1.PodStatus, grace int64) error {
 	return nil
 }
 
-// Images lists the runtime's images with what image GC knows of them.
-func (a *Agent) Images(context.Context) ([]server.Image, error) {
-	var out []server.Image
+// Images lists the runtime's images now, with what image GC knows of
+// them (first detected, last used).
+func (a *Agent) Images(ctx context.Context) ([]server.Image, error) {
+	list, err := a.cri.ListImages(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing images: %w", err)
+	}
+	known := map[string]images.ImageRecord{}
 	for _, r := range a.imageGC.Images() {
+		known[r.ID] = r
+	}
+	out := make([]server.Image, 0, len(list))
+	for _, img := range list {
+		r := known[img.Id]
 		out = append(out, server.Image{
-			ID: r.ID, RepoTags: r.RepoTags, RepoDigests: r.RepoDigests, Size: uint64(max(r.Size, 0)), Pinned: r.Pinned,
-			FirstDetected: r.FirstDetected, LastUsed: r.LastUsed,
+			ID: img.Id, RepoTags: img.RepoTags, RepoDigests: img.RepoDigests, Size: img.Size,
+			Pinned: img.Pinned, FirstDetected: r.FirstDetected, LastUsed: r.LastUsed,
 		})
 	}
 	return out, nil
