@@ -33,15 +33,7 @@ func newDescribeCommand(e *env) *cobra.Command {
 			"so `describe pod web` finds the static pod `web-node1`.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := e.client(cmd)
-			if err != nil {
-				return err
-			}
-			var list v1.PodList
-			if err := c.getJSON(cmd.Context(), "/pods", &list); err != nil {
-				return err
-			}
-			p, err := resolvePod(list.Items, namespace, args[0])
+			c, p, err := e.findPod(cmd, namespace, args[0])
 			if err != nil {
 				return err
 			}
@@ -74,6 +66,23 @@ func newDescribeCommand(e *env) *cobra.Command {
 	}
 	cmd.AddCommand(pod, node)
 	return cmd
+}
+
+// findPod connects to the agent and finds a pod as resolvePod does.
+func (e *env) findPod(cmd *cobra.Command, namespace, name string) (*client, *v1.Pod, error) {
+	c, err := e.client(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	var list v1.PodList
+	if err := c.getJSON(cmd.Context(), "/pods", &list); err != nil {
+		return nil, nil, err
+	}
+	p, err := resolvePod(list.Items, namespace, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, p, nil
 }
 
 // resolvePod finds the pod named name in namespace; when none has exactly

@@ -57,15 +57,7 @@ func newLogsCommand(e *env) *cobra.Command {
 }
 
 func (e *env) runLogs(cmd *cobra.Command, podName string, f logsFlags) error {
-	c, err := e.client(cmd)
-	if err != nil {
-		return err
-	}
-	var list v1.PodList
-	if err := c.getJSON(cmd.Context(), "/pods", &list); err != nil {
-		return err
-	}
-	pod, err := resolvePod(list.Items, f.namespace, podName)
+	c, pod, err := e.findPod(cmd, f.namespace, podName)
 	if err != nil {
 		return err
 	}
