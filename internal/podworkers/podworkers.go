@@ -26,12 +26,14 @@ import (
 // Syncer performs the steps of a pod's life. The worker calls one step at a
 // time for a pod.
 type Syncer interface {
-	// SyncPod makes the runtime match the spec. It reports whether the pod
+	// SyncPod makes the runtime match the spec; ctx ends early when the
+	// pod is killed meanwhile. It reports whether the pod
 	// reached a terminal phase (Succeeded or Failed) and, when something
 	// must be retried (a back-off, an error), how soon.
 	SyncPod(ctx context.Context, pod *v1.Pod) (terminal bool, requeueAfter time.Duration, err error)
 	// SyncTerminatingPod stops every container of the pod, giving them
-	// gracePeriod seconds (nil: the pod's own).
+	// gracePeriod seconds (nil: the pod's own); ctx ends early when a
+	// shorter grace period arrives, and the step is run again with it.
 	SyncTerminatingPod(ctx context.Context, pod *v1.Pod, gracePeriod *int64) error
 	// SyncTerminatedPod releases what the pod held once nothing runs
 	// (cgroups, devices, probe workers).
@@ -96,6 +98,10 @@ type worker struct {
 	done        chan struct{} // closed once terminated
 	waitFor     *worker       // an older namesake to wait for
 	cleaned     bool          // SyncTerminatedPod succeeded; only the worker goroutine touches it before done closes
+	// cancel ends the step in progress (nil when none runs); a kill
+	// cancels a sync, and a shorter grace period a termination, so
+	// neither waits for a slow step (an image pull, a long preStop).
+	cancel context.CancelFunc
 }
 
 // New creates the workers; they run until ctx ends.
@@ -160,12 +166,20 @@ func (w *Workers) update(pod *v1.Pod, kill bool, gracePeriod *int64) {
 		go w.run(wk)
 	}
 	wk.pod = pod
-	if kill && !wk.kill {
+	switch {
+	case kill && !wk.kill:
 		wk.kill = true
 		wk.gracePeriod = gracePeriod
-	} else if kill && gracePeriod != nil && (wk.gracePeriod == nil || *gracePeriod < *wk.gracePeriod) {
-		// A shorter grace period may cut a running termination short next time.
+		if wk.phase == Syncing && wk.cancel != nil {
+			wk.cancel() // do not finish a sync of a pod being killed
+		}
+	case kill && gracePeriod != nil && (wk.gracePeriod == nil || *gracePeriod < *wk.gracePeriod):
+		// A shorter grace period cuts a running termination short: the
+		// termination starts over with it at once.
 		wk.gracePeriod = gracePeriod
+		if wk.phase == Terminating && wk.cancel != nil {
+			wk.cancel()
+		}
 	}
 	w.pokeLocked(wk)
 }
@@ -201,7 +215,9 @@ func (w *Workers) Known() map[types.UID]Phase {
 }
 
 // Forget drops the worker of a terminated pod. It reports false (and keeps
-// the worker) when the pod has not terminated yet.
+// the worker) when the pod has not terminated yet, or its cleanup
+// (SyncTerminatedPod) has not succeeded yet: dropping it earlier would end
+// the cleanup retries and leave a namesake waiting for it forever.
 func (w *Workers) Forget(uid types.UID) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -210,6 +226,11 @@ func (w *Workers) Forget(uid types.UID) bool {
 		return true
 	}
 	if wk.phase != Terminated {
+		return false
+	}
+	select {
+	case <-wk.done:
+	default:
 		return false
 	}
 	if wk.timer != nil {
@@ -261,16 +282,27 @@ func (w *Workers) step(wk *worker) {
 		wk.phase = Terminating
 	}
 	pod, phase, grace := wk.pod, wk.phase, wk.gracePeriod
-	w.mu.Unlock()
-
 	if phase == Terminated && wk.cleaned {
+		w.mu.Unlock()
 		return
 	}
-	next, retry := w.runPhase(wk, pod, phase, grace)
+	ctx, cancel := context.WithCancel(w.ctx)
+	wk.cancel = cancel
+	w.mu.Unlock()
+
+	next, retry := w.runPhase(ctx, pod, phase, grace)
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	wk.cancel = nil
+	cancelled := ctx.Err() != nil
+	cancel()
 	if w.ctx.Err() != nil {
+		return
+	}
+	if cancelled && next == phase {
+		// Cancelled by a kill or a shorter grace period, which also
+		// poked the worker: the next step runs at once.
 		return
 	}
 	if next != phase {
@@ -291,16 +323,20 @@ func (w *Workers) step(wk *worker) {
 
 // runPhase calls the Syncer for one phase and returns the phase to move to
 // and, when staying, how long until the step runs again (0: not by timer).
-func (w *Workers) runPhase(wk *worker, pod *v1.Pod, phase Phase, grace *int64) (Phase, time.Duration) {
+func (w *Workers) runPhase(ctx context.Context, pod *v1.Pod, phase Phase, grace *int64) (Phase, time.Duration) {
 	log := w.cfg.Logger.With("pod", pod.Namespace+"/"+pod.Name, "uid", pod.UID, "phase", phase.String())
-	ctx := w.ctx
 	switch phase {
 	case Syncing:
 		terminal, requeue, err := w.cfg.Syncer.SyncPod(ctx, pod)
 		switch {
+		case err != nil && ctx.Err() != nil:
+			return phase, w.cfg.RetryInterval // cancelled, not failed
 		case err != nil:
 			log.Warn("sync failed, will retry", "err", err)
-			return phase, w.cfg.RetryInterval
+			// A failure that also asks for a later sync (a container that
+			// cannot be created waits out its back-off) is not retried
+			// sooner than asked, so it does not spin every RetryInterval.
+			return phase, max(w.cfg.RetryInterval, requeue)
 		case terminal:
 			return Terminating, 0
 		case requeue > 0:
@@ -310,7 +346,9 @@ func (w *Workers) runPhase(wk *worker, pod *v1.Pod, phase Phase, grace *int64) (
 		}
 	case Terminating:
 		if err := w.cfg.Syncer.SyncTerminatingPod(ctx, pod, grace); err != nil {
-			log.Warn("terminating failed, will retry", "err", err)
+			if ctx.Err() == nil {
+				log.Warn("terminating failed, will retry", "err", err)
+			}
 			return phase, w.cfg.RetryInterval
 		}
 		return Terminated, 0

@@ -25,10 +25,19 @@ type recorder struct {
 	failSync int
 	block    map[types.UID]chan struct{} // SyncTerminatingPod waits on it
 	changed  chan struct{}
+	// blockSync makes SyncPod of a pod wait until its ctx ends (a slow
+	// image pull); blockTerm does the same for SyncTerminatingPod.
+	blockSync map[types.UID]bool
+	blockTerm map[types.UID]bool
+	// failCleanup makes that many SyncTerminatedPod calls fail.
+	failCleanup int
+	// failRequeue is the requeue a failing SyncPod asks for.
+	failRequeue time.Duration
 }
 
 func newRecorder() *recorder {
-	return &recorder{terminal: map[types.UID]bool{}, block: map[types.UID]chan struct{}{}, changed: make(chan struct{}, 100)}
+	return &recorder{terminal: map[types.UID]bool{}, block: map[types.UID]chan struct{}{}, changed: make(chan struct{}, 100),
+		blockSync: map[types.UID]bool{}, blockTerm: map[types.UID]bool{}}
 }
 
 func (r *recorder) note(s string) {
@@ -38,24 +47,29 @@ func (r *recorder) note(s string) {
 	r.changed <- struct{}{}
 }
 
-func (r *recorder) SyncPod(_ context.Context, pod *v1.Pod) (bool, time.Duration, error) {
+func (r *recorder) SyncPod(ctx context.Context, pod *v1.Pod) (bool, time.Duration, error) {
 	r.mu.Lock()
 	fail := r.failSync > 0
 	if fail {
 		r.failSync--
 	}
-	terminal, requeue := r.terminal[pod.UID], r.requeue
+	terminal, requeue, block, failRequeue := r.terminal[pod.UID], r.requeue, r.blockSync[pod.UID], r.failRequeue
 	r.mu.Unlock()
 	r.note("sync " + string(pod.UID))
+	if block {
+		<-ctx.Done()
+		return false, 0, ctx.Err()
+	}
 	if fail {
-		return false, 0, errors.New("boom")
+		return false, failRequeue, errors.New("boom")
 	}
 	return terminal, requeue, nil
 }
 
-func (r *recorder) SyncTerminatingPod(_ context.Context, pod *v1.Pod, grace *int64) error {
+func (r *recorder) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace *int64) error {
 	r.mu.Lock()
-	ch := r.block[pod.UID]
+	ch, block := r.block[pod.UID], r.blockTerm[pod.UID]
+	r.blockTerm[pod.UID] = false // only the first attempt hangs
 	r.mu.Unlock()
 	if ch != nil {
 		<-ch
@@ -65,11 +79,24 @@ func (r *recorder) SyncTerminatingPod(_ context.Context, pod *v1.Pod, grace *int
 		g = time.Duration(*grace * int64(time.Second)).String()
 	}
 	r.note("terminating " + string(pod.UID) + " " + g)
+	if block {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	return nil
 }
 
 func (r *recorder) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
+	r.mu.Lock()
+	fail := r.failCleanup > 0
+	if fail {
+		r.failCleanup--
+	}
+	r.mu.Unlock()
 	r.note("terminated " + string(pod.UID))
+	if fail {
+		return errors.New("cgroup busy")
+	}
 	return nil
 }
 
@@ -218,5 +245,92 @@ func waitForTimer(t *testing.T, clk *clocktesting.FakeClock) {
 			t.Fatal("worker never armed its timer")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A namesake waits for the old pod's cleanup; if the agent could forget the
+// old worker while its cleanup was failing, the retries stopped and the new
+// pod never started.
+func TestForgetWaitsForCleanupSoNamesakeStillStarts(t *testing.T) {
+	r := newRecorder()
+	r.failCleanup = 1
+	release := make(chan struct{})
+	r.block["old"] = release
+	w, clk := newWorkers(t, r)
+	w.UpdatePod(pod("old", "web"))
+	r.waitCalls(t, 1)
+	w.KillPod(pod("old", "web"), nil)
+	w.UpdatePod(pod("new", "web"))
+	close(release)
+	r.waitCalls(t, 3) // sync, terminating, failed cleanup
+	if p, _ := w.Phase("old"); p != Terminated {
+		t.Fatalf("phase = %v, want terminated", p)
+	}
+	if w.Forget("old") {
+		t.Fatal("Forget dropped a pod whose cleanup has not succeeded")
+	}
+	waitForTimer(t, clk)
+	clk.Step(time.Second) // RetryInterval: the cleanup runs again
+	got := r.waitCalls(t, 5)
+	want := []string{"sync old", "terminating old nil", "terminated old", "terminated old", "sync new"}
+	if !equal(got, want) {
+		t.Fatalf("calls = %v, want %v", got, want)
+	}
+	if !w.Forget("old") {
+		t.Fatal("Forget refused a pod that terminated and was cleaned up")
+	}
+}
+
+// The kubelet cancels a sync in progress when the pod is killed: a pod
+// deleted during a long image pull must not wait for the pull to end.
+func TestKillCancelsSyncInProgress(t *testing.T) {
+	r := newRecorder()
+	r.blockSync["a"] = true
+	w, _ := newWorkers(t, r)
+	w.UpdatePod(pod("a", "web"))
+	r.waitCalls(t, 1) // the sync now hangs until cancelled
+	grace := int64(5)
+	w.KillPod(pod("a", "web"), &grace)
+	got := r.waitCalls(t, 3)
+	want := []string{"sync a", "terminating a 5s", "terminated a"}
+	if !equal(got, want) {
+		t.Fatalf("calls = %v, want %v", got, want)
+	}
+}
+
+// A shorter grace period (a forced deletion) restarts a termination in
+// progress with it, without waiting for the longer one to run out.
+func TestShorterGracePeriodRestartsTermination(t *testing.T) {
+	r := newRecorder()
+	r.blockTerm["a"] = true
+	w, _ := newWorkers(t, r)
+	w.UpdatePod(pod("a", "web"))
+	r.waitCalls(t, 1)
+	long, short := int64(30), int64(1)
+	w.KillPod(pod("a", "web"), &long)
+	r.waitCalls(t, 2) // terminating with 30s, hanging
+	w.KillPod(pod("a", "web"), &short)
+	got := r.waitCalls(t, 4)
+	want := []string{"sync a", "terminating a 30s", "terminating a 1s", "terminated a"}
+	if !equal(got, want) {
+		t.Fatalf("calls = %v, want %v", got, want)
+	}
+}
+
+// A failed sync that asks for a later sync (a back-off) is not retried
+// every RetryInterval; one that asks for nothing is.
+func TestFailedSyncHonoursRequeue(t *testing.T) {
+	r := newRecorder()
+	w, _ := newWorkers(t, r)
+	for _, tc := range []struct {
+		requeue, want time.Duration
+	}{{10 * time.Second, 10 * time.Second}, {0, time.Second}, {time.Millisecond, time.Second}} {
+		r.mu.Lock()
+		r.failSync, r.failRequeue = 1, tc.requeue
+		r.mu.Unlock()
+		next, retry := w.runPhase(context.Background(), pod("a", "web"), Syncing, nil)
+		if next != Syncing || retry != tc.want {
+			t.Errorf("requeue %v: got %v after %v, want syncing after %v", tc.requeue, next, retry, tc.want)
+		}
 	}
 }
