@@ -454,3 +454,43 @@ spec:
 		t.Errorf("pod cpu.shares = %q (%v), want 102 for a 100m request", b, err)
 	}
 }
+
+func TestContainerdDeletingTheManifestRemovesThePod(t *testing.T) {
+	a := containerdAgent(t)
+	a.WriteManifest("cgone.yaml", fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: cgone}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - {name: main, image: %s, imagePullPolicy: IfNotPresent, command: ["sleep", "1000"]}
+`, harness.BusyboxImage))
+	name := a.Static("cgone")
+	var p v1.Pod
+	a.Eventually("cgone Running", func() (bool, string) {
+		var ok bool
+		p, ok = a.Pod(name)
+		return ok && p.Status.Phase == v1.PodRunning, describe(p, ok)
+	})
+	a.RemoveManifest("cgone.yaml")
+	a.Eventually("cgone gone from the agent", func() (bool, string) {
+		q, ok := a.Pod(name)
+		return !ok, describe(q, ok)
+	})
+	rt := criClient(t)
+	a.Eventually("no running container or ready sandbox left in containerd", func() (bool, string) {
+		sel := map[string]string{"io.kubernetes.pod.uid": string(p.UID)}
+		ctrs, err := rt.ListContainers(context.Background(), &runtimeapi.ContainerFilter{LabelSelector: sel,
+			State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
+		if err != nil {
+			return false, err.Error()
+		}
+		sbs, err := rt.ListPodSandbox(context.Background(), &runtimeapi.PodSandboxFilter{LabelSelector: sel,
+			State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(ctrs) == 0 && len(sbs) == 0, fmt.Sprintf("%d running containers, %d ready sandboxes", len(ctrs), len(sbs))
+	})
+}
