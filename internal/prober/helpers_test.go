@@ -119,16 +119,24 @@ func (f *fakeStatus) set(uid types.UID, s v1.PodStatus) {
 	f.m[uid] = s
 }
 
-// recorder keeps events as "Type Reason Message".
+// recorder keeps events as "Type Reason Message", and the objects.
 type recorder struct {
 	mu     sync.Mutex
 	events []string
+	objs   []runtime.Object
 }
 
-func (r *recorder) Event(_ runtime.Object, typ, reason, msg string) {
+func (r *recorder) Event(o runtime.Object, typ, reason, msg string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, typ+" "+reason+" "+msg)
+	r.objs = append(r.objs, o)
+}
+
+func (r *recorder) objects() []runtime.Object {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]runtime.Object(nil), r.objs...)
 }
 
 func (r *recorder) Eventf(o runtime.Object, typ, reason, format string, args ...any) {

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/prober/probe"
 	"github.com/minilet/minilet/internal/prober/probe/exec"
 	grpcprobe "github.com/minilet/minilet/internal/prober/probe/grpc"
@@ -42,21 +43,27 @@ func (m *Manager) runProbe(ctx context.Context, w *worker, status *v1.PodStatus)
 	switch {
 	case err != nil:
 		m.log.Warn("probe errored", "pod", podRef(w.pod), "container", w.container.Name, "probe", w.kind, "err", err)
-		m.cfg.Recorder.Eventf(w.pod, v1.EventTypeWarning, "Unhealthy", "%s probe errored and resulted in unknown state: %v", w.kind, err)
+		m.warn(w, "Unhealthy", "%s probe errored and resulted in unknown state: %v", w.kind, err)
 		m.metrics.observe(w, Unknown, elapsed)
 		return Failure, err
 	case res == probe.Success || res == probe.Warning:
 		if res == probe.Warning {
-			m.cfg.Recorder.Eventf(w.pod, v1.EventTypeWarning, "ProbeWarning", "%s probe warning: %s", w.kind, output)
+			m.warn(w, "ProbeWarning", "%s probe warning: %s", w.kind, output)
 		}
 		m.metrics.observe(w, Success, elapsed)
 		return Success, nil
 	default:
 		m.log.Debug("probe failed", "pod", podRef(w.pod), "container", w.container.Name, "probe", w.kind, "output", output)
-		m.cfg.Recorder.Eventf(w.pod, v1.EventTypeWarning, "Unhealthy", "%s probe failed: %s", w.kind, output)
+		m.warn(w, "Unhealthy", "%s probe failed: %s", w.kind, output)
 		m.metrics.observe(w, Failure, elapsed)
 		return Failure, nil
 	}
+}
+
+// warn records a Warning event on w's container (fieldPath
+// spec.containers{NAME}), as the kubelet's prober does.
+func (m *Manager) warn(w *worker, reason, format string, args ...any) {
+	m.cfg.Recorder.Eventf(events.ContainerRef(w.pod, w.container.Name), v1.EventTypeWarning, reason, format, args...)
 }
 
 // runHandler runs the one handler the probe has.

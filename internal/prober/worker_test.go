@@ -257,6 +257,13 @@ func TestEvents(t *testing.T) {
 			t.Errorf("event %d = %q, want %q", i, got[i], want[i])
 		}
 	}
+	// As in the kubelet, probe events are about the container.
+	for i, o := range h.rec.objects() {
+		ref, ok := o.(*v1.ObjectReference)
+		if !ok || ref.Kind != "Pod" || ref.Name != pod.Name || ref.UID != pod.UID || ref.FieldPath != "spec.containers{app}" {
+			t.Errorf("event %d is about %#v, want the container reference spec.containers{app} of pod %s", i, o, pod.Name)
+		}
+	}
 }
 
 func TestHTTPProbeThroughManager(t *testing.T) {
