@@ -437,6 +437,9 @@ spec:
 		p, ok = a.Pod(name)
 		return ok && p.Status.Phase == v1.PodRunning && p.Status.QOSClass == v1.PodQOSBurstable, describe(p, ok)
 	})
+	if p.Status.PodIP == "" || p.Status.PodIP == p.Status.HostIP {
+		t.Errorf("pod IP %q (host IP %q): want an address of its own from the CNI network", p.Status.PodIP, p.Status.HostIP)
+	}
 	s, _ := containerStatus(p, "main")
 	id := strings.TrimPrefix(s.ContainerID, "containerd://")
 	podCgroup := a.CgroupRoot + "/kubepods/burstable/pod" + string(p.UID)
