@@ -27,15 +27,26 @@ const minimumGracePeriod = 2
 // KillPod stops every running container of the pod in parallel, each with
 // the pod's termination grace period less the time its preStop hook took
 // (gracePeriodOverride replaces it when set), then stops the pod's
-// sandboxes. pod may be nil for a pod the runtime holds but no source
-// knows any more (orphans); its name comes from status.
+// sandboxes. pod may be nil, or carry no containers in its spec, for a pod
+// the runtime holds but no source knows any more (orphans): its name comes
+// from status, and its grace period and preStop hooks from what was
+// recorded on its containers when they were created.
 func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, ps *container.PodStatus, gracePeriodOverride *int64) error {
 	if ps == nil {
 		return nil
 	}
-	if pod == nil {
-		pod = &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ps.Name, Namespace: ps.Namespace, UID: ps.UID}}
-		pod.Spec.TerminationGracePeriodSeconds = m.recordedGracePeriod(ctx, ps)
+	var recorded map[string]*v1.Container // container ID -> rebuilt spec
+	if pod == nil || len(pod.Spec.Containers) == 0 {
+		if pod == nil {
+			pod = &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: ps.Name, Namespace: ps.Namespace, UID: ps.UID}}
+		} else {
+			pod = pod.DeepCopy()
+		}
+		var grace *int64
+		grace, recorded = m.recordedSpecs(ctx, ps)
+		if pod.Spec.TerminationGracePeriodSeconds == nil {
+			pod.Spec.TerminationGracePeriodSeconds = grace
+		}
 	}
 	podIP := newestSandboxIP(ps)
 	var (
@@ -47,10 +58,14 @@ func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 		if c.State != container.StateRunning {
 			continue
 		}
+		spec := specOf(pod, c.Name)
+		if spec == nil {
+			spec = recorded[c.ID]
+		}
 		wg.Add(1)
 		go func(c *container.ContainerStatus) {
 			defer wg.Done()
-			err := m.killContainer(ctx, pod, specOf(pod, c.Name), c.ID, podIP, "Stopping container "+c.Name, "", gracePeriodOverride)
+			err := m.killContainer(ctx, pod, spec, c.ID, podIP, "Stopping container "+c.Name, "", gracePeriodOverride)
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -70,19 +85,27 @@ func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 	return errors.Join(errs...)
 }
 
-// recordedGracePeriod reads the grace period the pod had when its
-// containers were created (for orphans, whose spec is gone).
-func (m *Manager) recordedGracePeriod(ctx context.Context, ps *container.PodStatus) *int64 {
+// recordedSpecs reads, from the annotations of the pod's running
+// containers, the grace period the pod had when they were created and
+// what each needs to be stopped (for orphans, whose spec is gone).
+func (m *Manager) recordedSpecs(ctx context.Context, ps *container.PodStatus) (*int64, map[string]*v1.Container) {
+	var grace *int64
+	specs := map[string]*v1.Container{}
 	for _, c := range ps.Containers {
+		if c.State != container.StateRunning {
+			continue
+		}
 		resp, err := m.cfg.Runtime.ContainerStatus(ctx, c.ID, false)
 		if err != nil {
 			continue
 		}
-		if v, err := strconv.ParseInt(resp.GetStatus().GetAnnotations()[annotationGracePeriod], 10, 64); err == nil {
-			return &v
+		ann := resp.GetStatus().GetAnnotations()
+		if v, err := strconv.ParseInt(ann[annotationGracePeriod], 10, 64); err == nil && grace == nil {
+			grace = &v
 		}
+		specs[c.ID] = specFromAnnotations(c.Name, ann)
 	}
-	return nil
+	return grace, specs
 }
 
 func newestSandboxIP(ps *container.PodStatus) string {

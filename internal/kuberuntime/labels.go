@@ -22,6 +22,11 @@ const (
 	annotationRestartCount = "io.kubernetes.container.restartCount"
 	annotationGracePeriod  = "io.kubernetes.pod.terminationGracePeriod"
 	annotationTermMsgPath  = "io.kubernetes.container.terminationMessagePath"
+	// The preStop handler and ports, recorded so that a container whose
+	// pod spec is gone (an orphan left by an earlier run) still gets its
+	// preStop hook when it is stopped, as the kubelet does.
+	annotationPreStop = "io.kubernetes.container.preStopHandler"
+	annotationPorts   = "io.kubernetes.container.ports"
 )
 
 func sandboxLabels(pod *v1.Pod) map[string]string {
@@ -45,12 +50,36 @@ func containerLabels(pod *v1.Pod, c *v1.Container) map[string]string {
 }
 
 func containerAnnotations(pod *v1.Pod, c *v1.Container, restartCount int) map[string]string {
-	return map[string]string{
+	a := map[string]string{
 		annotationHash:         strconv.FormatUint(hashContainer(c), 16),
 		annotationRestartCount: strconv.Itoa(restartCount),
 		annotationGracePeriod:  strconv.FormatInt(gracePeriodOf(pod), 10),
 		annotationTermMsgPath:  c.TerminationMessagePath,
 	}
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+		if b, err := json.Marshal(c.Lifecycle.PreStop); err == nil {
+			a[annotationPreStop] = string(b)
+		}
+		if len(c.Ports) > 0 {
+			if b, err := json.Marshal(c.Ports); err == nil {
+				a[annotationPorts] = string(b)
+			}
+		}
+	}
+	return a
+}
+
+// specFromAnnotations rebuilds the parts of a container spec that
+// stopping it needs (name, preStop hook, ports) from what
+// containerAnnotations recorded.
+func specFromAnnotations(name string, annotations map[string]string) *v1.Container {
+	c := &v1.Container{Name: name}
+	var h v1.LifecycleHandler
+	if err := json.Unmarshal([]byte(annotations[annotationPreStop]), &h); err == nil {
+		c.Lifecycle = &v1.Lifecycle{PreStop: &h}
+	}
+	_ = json.Unmarshal([]byte(annotations[annotationPorts]), &c.Ports) // optional
+	return c
 }
 
 // hashContainer fingerprints a container spec; a running container whose

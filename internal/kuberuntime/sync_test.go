@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minilet/minilet/internal/container"
@@ -385,26 +386,43 @@ func TestKillPodGracePeriod(t *testing.T) {
 	}
 }
 
+// An orphan (a pod an earlier run started whose manifest went away) is
+// killed with the grace period and preStop hooks recorded on its
+// containers, whether the caller passes no pod or a stub with only the
+// pod's name (as the agent does).
 func TestKillOrphanUsesRecordedGracePeriod(t *testing.T) {
-	e := newEnv(t)
-	pod := mkPod(v1.RestartPolicyAlways, nil, "a", "b")
-	pod.Spec.TerminationGracePeriodSeconds = ptr(int64(9))
-	e.sync(pod)
-	ps := e.status(pod).ps
-	if err := e.m.KillPod(context.Background(), nil, ps, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"a", "b"} {
-		if to, _ := e.rt.timeout(ps.FindContainer(n).ID); to != 9 {
-			t.Fatalf("orphan container %s stopped with %d, want the recorded 9", n, to)
+	for _, stub := range []bool{false, true} {
+		e := newEnv(t)
+		hooks := 0
+		e.rt.onExec = func() { hooks++; e.clock.Step(4 * time.Second) }
+		pod := mkPod(v1.RestartPolicyAlways, nil, "a", "b")
+		pod.Spec.TerminationGracePeriodSeconds = ptr(int64(9))
+		pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
+		e.sync(pod)
+		ps := e.status(pod).ps
+		var orphan *v1.Pod
+		if stub {
+			now := metav1.Now()
+			orphan = &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace, DeletionTimestamp: &now}}
 		}
-		if !e.rec.has("Normal Killing Stopping container " + n) {
-			t.Fatalf("missing Killing event for %s:\n%s", n, e.rec)
+		if err := e.m.KillPod(context.Background(), orphan, ps, nil); err != nil {
+			t.Fatal(err)
 		}
-	}
-	v := e.status(pod)
-	if v.state("a") != container.StateExited || v.state("b") != container.StateExited || v.ps.Sandboxes[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
-		t.Fatalf("orphan not down: %+v %+v", v.ps.Containers, v.ps.Sandboxes)
+		if hooks != 1 {
+			t.Fatalf("stub=%v: preStop hook ran %d times, want once", stub, hooks)
+		}
+		for n, want := range map[string]int64{"a": 5, "b": 9} { // a: 9 less its 4s hook
+			if to, _ := e.rt.timeout(ps.FindContainer(n).ID); to != want {
+				t.Fatalf("stub=%v: orphan container %s stopped with %d, want %d", stub, n, to, want)
+			}
+			if !e.rec.has("Normal Killing Stopping container " + n) {
+				t.Fatalf("missing Killing event for %s:\n%s", n, e.rec)
+			}
+		}
+		v := e.status(pod)
+		if v.state("a") != container.StateExited || v.state("b") != container.StateExited || v.ps.Sandboxes[0].State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+			t.Fatalf("orphan not down: %+v %+v", v.ps.Containers, v.ps.Sandboxes)
+		}
 	}
 }
 
