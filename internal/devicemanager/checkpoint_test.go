@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/minilet/minilet/internal/errdefs"
 )
 
 func TestCheckpointSurvivesRestart(t *testing.T) {
@@ -223,5 +226,33 @@ func TestAllocateWaitsForPluginAfterRestart(t *testing.T) {
 	}
 	if got := held(m, "uid1", "a"); !reflect.DeepEqual(got, []string{"d0", "d1"}) {
 		t.Fatalf("holds %v", got)
+	}
+}
+
+// A checkpoint write that failed is tried again when a container is about
+// to start, so a passing disk error does not refuse every container with
+// devices until the next device change.
+func TestFailedCheckpointWriteIsRetried(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, CheckpointName)
+	// A non-empty directory where the file goes makes the rename fail.
+	if err := os.MkdirAll(filepath.Join(path, "blocker"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := newCheckpointer(path, discardLog())
+	c.submit(checkpointData{RegisteredDevices: map[string][]string{testResource: {"d0"}}})
+	if err := c.persisted(30 * time.Second); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("persisted with the path blocked = %v, want an Unavailable error", err)
+	}
+
+	if err := os.RemoveAll(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.persisted(30 * time.Second); err != nil {
+		t.Fatalf("persisted after the disk recovered = %v, want the snapshot written", err)
+	}
+	got, err := c.read()
+	if err != nil || !reflect.DeepEqual(got.RegisteredDevices, map[string][]string{testResource: {"d0"}}) {
+		t.Fatalf("checkpoint after the retry: %+v, %v", got, err)
 	}
 }

@@ -98,6 +98,10 @@ func (c *checkpointer) flush() {
 	if err != nil {
 		c.log.Error("writing the device checkpoint failed", "path", c.path, "err", err)
 		c.failedGen, c.failErr = max(c.failedGen, gen), err
+		if c.pending == nil {
+			// Nothing newer came meanwhile: keep the snapshot for a retry.
+			c.pending = data
+		}
 	} else if gen > c.written {
 		c.written = gen
 	}
@@ -106,13 +110,16 @@ func (c *checkpointer) flush() {
 }
 
 // persisted waits until every snapshot submitted so far is on disk, or
-// fails when its write failed or timeout passed.
+// fails when its write failed (after one more try, so that a passing disk
+// error does not block container starts until the next device change) or
+// timeout passed.
 func (c *checkpointer) persisted(timeout time.Duration) error {
 	c.mu.Lock()
 	target := c.gen
 	c.mu.Unlock()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	retried := false
 	for {
 		c.mu.Lock()
 		written, failedGen, failErr, progress := c.written, c.failedGen, c.failErr, c.progress
@@ -120,6 +127,10 @@ func (c *checkpointer) persisted(timeout time.Duration) error {
 		switch {
 		case written >= target:
 			return nil
+		case failedGen >= target && !retried:
+			retried = true
+			c.flush() // writes the kept snapshot (or a newer one) again
+			continue
 		case failedGen >= target:
 			return fmt.Errorf("device checkpoint %s: %v: %w", c.path, failErr, errdefs.ErrUnavailable)
 		}
