@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -51,5 +52,38 @@ func TestHTTPPreStopHook(t *testing.T) {
 		if got := e.rec.has("Warning FailedPreStopHook"); got != tc.failed {
 			t.Fatalf("%s: FailedPreStopHook event = %v, want %v:\n%s", tc.path, got, tc.failed, e.rec)
 		}
+	}
+}
+
+// A preStop sleep longer than the grace period ends with the grace period
+// (the container is then stopped with the 2s minimum), instead of holding
+// the termination for the whole sleep.
+func TestPreStopSleepBoundedByGracePeriod(t *testing.T) {
+	e := newEnv(t)
+	pod := mkPod(v1.RestartPolicyAlways, nil, "a")
+	pod.Spec.TerminationGracePeriodSeconds = ptr(int64(5))
+	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 600}}}
+	e.sync(pod)
+	ps := e.status(pod).ps
+	done := make(chan error, 1)
+	go func() { done <- e.m.KillPod(context.Background(), pod, ps, nil) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !e.clock.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("the sleep hook never started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.clock.Step(5 * time.Second) // the grace period, far short of 600s
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("KillPod still waits for the 600s sleep after the 5s grace period")
+	}
+	if to, _ := e.rt.timeout(ps.FindContainer("a").ID); to != minimumGracePeriod {
+		t.Fatalf("stopped with %d, want the %d minimum", to, minimumGracePeriod)
 	}
 }

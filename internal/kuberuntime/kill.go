@@ -184,8 +184,12 @@ func (m *Manager) runHook(ctx context.Context, pod *v1.Pod, c *v1.Container, id,
 		}
 		return "", nil
 	case h.Sleep != nil:
+		d := time.Duration(h.Sleep.Seconds) * time.Second
+		if timeout > 0 && d > timeout {
+			d = timeout // a preStop sleep ends with the grace period
+		}
 		select {
-		case <-m.clock.After(time.Duration(h.Sleep.Seconds) * time.Second):
+		case <-m.clock.After(d):
 			return "", nil
 		case <-ctx.Done():
 			return "sleep hook interrupted", ctx.Err()
