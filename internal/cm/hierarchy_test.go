@@ -188,6 +188,30 @@ func TestRemovePodKillsLeftovers(t *testing.T) {
 	}
 }
 
+// A pod cgroup left in only some hierarchies (a removal that failed
+// half-way) is still removed by RemovePod, which used to skip it for good.
+func TestRemovePodFinishesHalfRemovedCgroup(t *testing.T) {
+	m := startedManager(t, Config{})
+	p := withUID(seedBestEffort(), "halfremoved")
+	if err := m.EnsurePod(p); err != nil {
+		t.Fatal(err)
+	}
+	path := m.Driver().Path(m.podName(v1.PodQOSBestEffort, p.UID))
+	if err := os.Remove(filepath.Join(cgroups.DefaultMountRoot, "cpu", path)); err != nil {
+		t.Fatal(err)
+	}
+	mem := filepath.Join(cgroups.DefaultMountRoot, "memory", path)
+	if _, err := os.Stat(mem); err != nil {
+		t.Fatalf("memory cgroup should still be there: %v", err)
+	}
+	if err := m.RemovePod(context.Background(), p.UID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mem); !os.IsNotExist(err) {
+		t.Fatalf("memory cgroup %s survived RemovePod: %v", mem, err)
+	}
+}
+
 // TestCleanupOrphans: at start, cgroups of pods that no longer exist are
 // removed, and a live pod's cgroup and process are left alone.
 func TestCleanupOrphans(t *testing.T) {

@@ -264,10 +264,10 @@ func (m *Manager) RemovePod(ctx context.Context, uid types.UID) error {
 	}
 	var errs []error
 	for _, class := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
+		// Destroy even when Exists says no: a cgroup left in only some
+		// hierarchies (an earlier removal that failed half-way) must go
+		// too. Destroying a missing cgroup does nothing.
 		name := m.podName(class, uid)
-		if !m.driver.Exists(name) {
-			continue
-		}
 		if err := m.driver.Destroy(ctx, name); err != nil {
 			errs = append(errs, fmt.Errorf("pod %s: %w", uid, err))
 		}
