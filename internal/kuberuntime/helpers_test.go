@@ -60,9 +60,13 @@ type fakeRuntime struct {
 	mu       sync.Mutex
 	timeouts map[string]int64
 	onExec   func()
+	onStop   func(id string) // runs before a container is stopped
 }
 
 func (f *fakeRuntime) StopContainer(ctx context.Context, id string, timeout int64) error {
+	if f.onStop != nil {
+		f.onStop(id)
+	}
 	f.mu.Lock()
 	f.timeouts[id] = timeout
 	f.mu.Unlock()

@@ -54,6 +54,7 @@ func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 		mu   sync.Mutex
 		errs []error
 	)
+	after := stopOrder(pod, ps)
 	for _, c := range ps.Containers {
 		if c.State != container.StateRunning {
 			continue
@@ -65,7 +66,8 @@ func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 		wg.Add(1)
 		go func(c *container.ContainerStatus) {
 			defer wg.Done()
-			err := m.killContainer(ctx, pod, spec, c.ID, podIP, "Stopping container "+c.Name, "", gracePeriodOverride)
+			defer close(after.stopped[c.ID])
+			err := m.killContainerAfter(ctx, pod, spec, c.ID, podIP, "Stopping container "+c.Name, "", gracePeriodOverride, after.waitFor[c.ID])
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -129,10 +131,58 @@ func specOf(pod *v1.Pod, name string) *v1.Container {
 	return nil
 }
 
+// stopPlan says, per running container ID, which other containers must
+// have stopped before it is stopped, and is closed once it has stopped.
+type stopPlan struct {
+	waitFor map[string][]<-chan struct{}
+	stopped map[string]chan struct{}
+}
+
+// stopOrder orders a pod's termination as the kubelet does with sidecars:
+// regular containers stop first, all at once; sidecars (restartable init
+// containers) only after every regular container and every later sidecar
+// has stopped, so a sidecar serves the app until the app is gone.
+func stopOrder(pod *v1.Pod, ps *container.PodStatus) stopPlan {
+	plan := stopPlan{waitFor: map[string][]<-chan struct{}{}, stopped: map[string]chan struct{}{}}
+	sidecarIndex := map[string]int{}
+	for i := range pod.Spec.InitContainers {
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			sidecarIndex[pod.Spec.InitContainers[i].Name] = i
+		}
+	}
+	var running []*container.ContainerStatus
+	for _, c := range ps.Containers {
+		if c.State == container.StateRunning {
+			running = append(running, c)
+			plan.stopped[c.ID] = make(chan struct{})
+		}
+	}
+	for _, c := range running {
+		mine, sidecar := sidecarIndex[c.Name]
+		if !sidecar {
+			continue
+		}
+		for _, o := range running {
+			if theirs, oSidecar := sidecarIndex[o.Name]; o.ID != c.ID && (!oSidecar || theirs > mine) {
+				plan.waitFor[c.ID] = append(plan.waitFor[c.ID], plan.stopped[o.ID])
+			}
+		}
+	}
+	return plan
+}
+
 // killContainer stops one container: Killing event, preStop hook, then
 // StopContainer with what is left of the grace period. reason "liveness"
 // or "startup" uses the probe's own grace period when it sets one.
 func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, spec *v1.Container, id, podIP, message, reason string, gracePeriodOverride *int64) error {
+	return m.killContainerAfter(ctx, pod, spec, id, podIP, message, reason, gracePeriodOverride, nil)
+}
+
+// killContainerAfter is killContainer that, after the preStop hook, waits
+// (within the grace period, which the wait uses up) for the after channels
+// to close before it stops the container.
+func (m *Manager) killContainerAfter(ctx context.Context, pod *v1.Pod, spec *v1.Container, id, podIP, message, reason string,
+	gracePeriodOverride *int64, after []<-chan struct{}) error {
 	grace := gracePeriodOf(pod)
 	if spec != nil {
 		var p *v1.Probe
@@ -154,6 +204,9 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, spec *v1.Conta
 		}
 		grace -= int64(m.clock.Since(start).Seconds())
 	}
+	if len(after) > 0 && grace > 0 {
+		grace -= m.waitForTurn(ctx, after, time.Duration(grace)*time.Second)
+	}
 	if grace < minimumGracePeriod {
 		grace = minimumGracePeriod
 	}
@@ -165,6 +218,24 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, spec *v1.Conta
 		return fmt.Errorf("stop container %s of pod %s: %w", id, podDesc(pod), err)
 	}
 	return nil
+}
+
+// waitForTurn waits until every channel is closed, at most limit, and
+// returns the whole seconds it waited.
+func (m *Manager) waitForTurn(ctx context.Context, after []<-chan struct{}, limit time.Duration) int64 {
+	start := m.clock.Now()
+	timer := m.clock.NewTimer(limit)
+	defer timer.Stop()
+	for _, ch := range after {
+		select {
+		case <-ch:
+		case <-timer.C():
+			return int64(m.clock.Since(start).Seconds())
+		case <-ctx.Done():
+			return int64(m.clock.Since(start).Seconds())
+		}
+	}
+	return int64(m.clock.Since(start).Seconds())
 }
 
 // runHook runs a postStart or preStop handler. timeout 0 means none
