@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,7 +97,10 @@ type Agent struct {
 	imageHolds   sync.Map // pod UID -> []func() releasing image GC holds
 	startLatency *startLatency
 	sources      []string
-	sourcesSeen  map[string]bool // owned by the sync loop
+	sourcesSeen  map[string]bool       // owned by the sync loop
+	bg           sync.WaitGroup        // goroutines that stop subsystems at shutdown
+	readd        map[types.UID]*v1.Pod // leaving pods to run again once gone; owned by the sync loop
+	sourcesReady atomic.Bool           // every source has been read once
 
 	nodeIP         string
 	port           int
@@ -132,9 +136,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		pods:         newPodState(),
 		startLatency: newStartLatency(),
 		sourcesSeen:  map[string]bool{},
+		readd:        map[types.UID]*v1.Pod{},
 		startedAt:    clk.Now(),
 		nodeConds:    nodeConditions{since: map[v1.NodeConditionType]time.Time{}, last: map[v1.NodeConditionType]v1.ConditionStatus{}},
 	}
+	// Runs last: whatever returns early, background stops finish first.
+	defer func() { cancel(); a.bg.Wait() }()
 	a.pods.saved = newStatusFiles(filepath.Join(cfg.RootDir, "pods"), log)
 	a.nodeIP = hostIP(ipString(cfg.NodeIP))
 	var err error

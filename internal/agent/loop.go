@@ -44,6 +44,9 @@ func (a *Agent) syncLoop(ctx context.Context, updates <-chan sourceSnapshot, lif
 
 // resyncPod asks the worker of a known pod to sync again now.
 func (a *Agent) resyncPod(uid types.UID) {
+	if a.pods.isRejected(uid) {
+		return // a rejected pod never runs
+	}
 	if p, ok := a.pods.pod(uid); ok {
 		if a.pods.isLeaving(uid) {
 			a.workers.Resync(uid)
@@ -66,6 +69,11 @@ func (a *Agent) applySnapshot(ctx context.Context, u sourceSnapshot) {
 			a.removePod(old)
 		}
 	}
+	for uid, p := range a.readd {
+		if _, still := want[uid]; !still && p.Annotations[sourceAnnotation] == u.source {
+			delete(a.readd, uid)
+		}
+	}
 	var added []*v1.Pod
 	for _, p := range u.pods {
 		if p.DeletionTimestamp != nil {
@@ -77,9 +85,14 @@ func (a *Agent) applySnapshot(ctx context.Context, u sourceSnapshot) {
 			continue
 		}
 		if cur, known := a.pods.pod(p.UID); known {
-			if !a.pods.isRejected(p.UID) && !a.pods.isLeaving(p.UID) {
+			switch {
+			case a.pods.isLeaving(p.UID):
+				// Restored while still terminating (same content, same
+				// UID): run it again once the old copy is gone.
+				a.readd[p.UID] = p
+			case !a.pods.isRejected(p.UID):
 				a.pods.setDesired(p)
-				if cur.Generation != p.Generation || !equalAnnotations(cur, p) {
+				if cur.Generation != p.Generation || cur.ResourceVersion != p.ResourceVersion || !equalAnnotations(cur, p) {
 					a.workers.UpdatePod(p)
 				}
 			}
@@ -174,11 +187,16 @@ func (a *Agent) housekeeping(ctx context.Context) {
 			}
 			a.pods.forget(uid)
 			a.podTerminated(uid)
+			if p, ok := a.readd[uid]; ok {
+				delete(a.readd, uid)
+				a.addPod(ctx, p)
+			}
 		}
 	}
 	if !a.allSourcesSeen() {
 		return // a pod not yet read from its source is not an orphan
 	}
+	a.sourcesReady.Store(true)
 	a.killOrphans(ctx)
 	a.devmgr.UpdateAllocatedDevices(a.pods.active())
 	a.periodic(ctx)
@@ -206,11 +224,20 @@ func (a *Agent) killOrphans(ctx context.Context) {
 		if _, ok := known[rp.UID]; ok {
 			continue
 		}
-		if _, ok := a.pods.pod(rp.UID); ok {
-			continue
-		}
 		if !hasRunning(rp) {
 			continue // nothing to stop; container GC removes the remains
+		}
+		if p, ok := a.pods.pod(rp.UID); ok {
+			if a.pods.isRejected(rp.UID) {
+				// Rejected after an agent restart while its containers
+				// from the last run still run: stop them, keep the
+				// rejection as the pod's status.
+				if st, ok := a.pods.status(rp.UID); ok {
+					a.pods.setFinal(rp.UID, st)
+				}
+				a.workers.KillPod(p, nil)
+			}
+			continue
 		}
 		a.log.Info("terminating a pod no source wants", "pod", rp.Namespace+"/"+rp.Name, "uid", rp.UID)
 		now := metav1.NewTime(a.clock.Now())

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/minilet/minilet/internal/podspec"
 	"github.com/minilet/minilet/internal/podworkers"
 )
 
@@ -72,10 +73,11 @@ func (a *Agent) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, gracePeriod
 		final.StartTime, final.HostIP, final.HostIPs, final.PodIP, final.PodIPs, final.QOSClass = st.StartTime, st.HostIP, st.HostIPs, st.PodIP, st.PodIPs, st.QOSClass
 		st = final
 	} else if st.Phase == v1.PodRunning || st.Phase == v1.PodPending {
-		// Everything is stopped now; a pod that did not finish on its own
-		// failed (a deleted pod is shown by its deletion timestamp).
-		if pod.DeletionTimestamp == nil {
-			st.Phase = v1.PodFailed
+		// Everything is stopped now. A static pod that was deleted is shown
+		// by its deletion timestamp; any other pod ends Succeeded when every
+		// container exited 0, else Failed, as the kubelet does.
+		if pod.DeletionTimestamp == nil || !podspec.IsStatic(pod) {
+			st.Phase = stoppedPhase(st)
 		}
 	}
 	a.pods.setStatus(pod.UID, st)
@@ -97,4 +99,17 @@ func (a *Agent) podTerminated(uid types.UID) {
 	a.devices.RemovePod(uid)
 	a.releaseImages(uid)
 	a.startLatency.forget(uid)
+}
+
+// stoppedPhase is the phase of a pod whose containers were all stopped.
+func stoppedPhase(st v1.PodStatus) v1.PodPhase {
+	if len(st.ContainerStatuses) == 0 {
+		return v1.PodFailed
+	}
+	for _, c := range st.ContainerStatuses {
+		if c.State.Terminated == nil || c.State.Terminated.ExitCode != 0 {
+			return v1.PodFailed
+		}
+	}
+	return v1.PodSucceeded
 }

@@ -46,7 +46,13 @@ func (a *Agent) startEviction(ctx context.Context, wg *sync.WaitGroup) error {
 		Stats: stats,
 		Reclaimer: eviction.ReclaimFuncs{
 			Containers: func(ctx context.Context) error {
-				return a.runtime.GarbageCollect(ctx, 0, func(uid types.UID) bool {
+				// Keep the last dead container of live pods (restart
+				// counts and back-off live there); until every source
+				// was read, every pod counts as alive.
+				return a.runtime.GarbageCollect(ctx, 1, func(uid types.UID) bool {
+					if !a.sourcesReady.Load() {
+						return false
+					}
 					_, known := a.pods.pod(uid)
 					return !known
 				})

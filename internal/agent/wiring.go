@@ -84,7 +84,8 @@ func (a *Agent) startDevices(ctx context.Context, log *slog.Logger) error {
 	if err := m.Start(ctx); err != nil {
 		return fmt.Errorf("starting the device manager in --device-plugin-dir %s: %w", a.cfg.DevicePluginDir, err)
 	}
-	go func() { <-ctx.Done(); m.Stop() }()
+	a.bg.Add(1)
+	go func() { defer a.bg.Done(); <-ctx.Done(); m.Stop() }()
 	a.devmgr, a.devices = m, m
 	return nil
 }
@@ -145,7 +146,8 @@ func (a *Agent) startProber(ctx context.Context, reg prometheus.Registerer, log 
 		return err
 	}
 	m.Start(ctx)
-	go func() { <-ctx.Done(); m.Stop() }()
+	a.bg.Add(1)
+	go func() { defer a.bg.Done(); <-ctx.Done(); m.Stop() }()
 	a.probeMgr, a.prober = m, m
 	return nil
 }
@@ -212,7 +214,10 @@ func (a *Agent) startSources(ctx context.Context, wg *sync.WaitGroup) (<-chan so
 	if a.cfg.StaticPodPath != "" {
 		fs, err := podsource.NewFile(podsource.FileConfig{
 			NodeName: a.cfg.NodeName, Path: a.cfg.StaticPodPath, Period: a.cfg.FileCheckFrequency,
-			Logger: a.log, OnError: onError,
+			// React at once: a file that does not parse yet keeps its
+			// last good pods, so a half-written save costs nothing.
+			Debounce: time.Millisecond,
+			Logger:   a.log, OnError: onError,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("--pod-manifest-path: %w", err)

@@ -373,3 +373,38 @@ func freePort(t *testing.T) int {
 	defer func() { _ = ln.Close() }()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+func TestManifestRestoredWhileTerminatingRunsAgain(t *testing.T) {
+	requireRoot(t)
+	a := harness.New(t)
+	a.Start()
+	manifest := `
+apiVersion: v1
+kind: Pod
+metadata: {name: back}
+spec:
+  terminationGracePeriodSeconds: 3
+  containers:
+  - {name: main, image: host, command: ["/bin/sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"]}
+`
+	a.WriteManifest("back.yaml", manifest)
+	name := a.Static("back")
+	var first string
+	a.Eventually("back Running", func() (bool, string) {
+		p, ok := a.Pod(name)
+		s, _ := containerStatus(p, "main")
+		first = s.ContainerID
+		return ok && p.Status.Phase == v1.PodRunning && first != "", describe(p, ok)
+	})
+	a.RemoveManifest("back.yaml")
+	a.Eventually("back terminating", func() (bool, string) {
+		p, ok := a.Pod(name)
+		return ok && p.DeletionTimestamp != nil, describe(p, ok)
+	})
+	a.WriteManifest("back.yaml", manifest) // same content: same UID
+	a.Eventually("back Running again in a new container", func() (bool, string) {
+		p, ok := a.Pod(name)
+		s, _ := containerStatus(p, "main")
+		return ok && p.DeletionTimestamp == nil && p.Status.Phase == v1.PodRunning && s.State.Running != nil && s.ContainerID != first, describe(p, ok)
+	})
+}
