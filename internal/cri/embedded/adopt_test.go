@@ -16,11 +16,14 @@ import (
 // runHelperAgent) so that a test can restart "the agent" as a new process.
 const helperAgentEnv = "MINILET_EMBEDDED_TEST_AGENT_ROOT"
 
+// helperMonitorEnv is the helper agent's Config.MonitorPath.
+const helperMonitorEnv = "MINILET_EMBEDDED_TEST_AGENT_MONITOR"
+
 // runHelperAgent starts a sandbox and a container that waits for a release
 // file, prints "<sandbox> <container>", and exits without Close, like an
 // agent that crashed.
 func runHelperAgent(root string) int {
-	r, err := New(Config{RootDir: root})
+	r, err := New(Config{RootDir: root, MonitorPath: os.Getenv(helperMonitorEnv)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -50,12 +53,20 @@ func runHelperAgent(root string) int {
 
 func TestAdoptContainersOfAnExitedAgent(t *testing.T) {
 	requireRoot(t)
+	testAdopt(t, "", "")
+}
+
+// testAdopt runs a container from a helper agent whose monitors come from
+// helperMonitor, lets the helper exit, and adopts the container into a
+// runtime whose monitors come from adopterMonitor ("" for the re-exec of
+// the test binary).
+func testAdopt(t *testing.T, helperMonitor, adopterMonitor string) {
 	root := t.TempDir()
-	parent := fmt.Sprintf("/minilet-embedded-test-adopt-%d", os.Getpid())
+	parent := fmt.Sprintf("/minilet-embedded-test-adopt-%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), os.Getpid())
 	// Whatever happens below, the helper's container must end.
 	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(root, "release"), nil, 0o644) })
 	helper := exec.Command("/proc/self/exe")
-	helper.Env = append(os.Environ(), helperAgentEnv+"="+root, "CGROUP_PARENT="+parent)
+	helper.Env = append(os.Environ(), helperAgentEnv+"="+root, "CGROUP_PARENT="+parent, helperMonitorEnv+"="+helperMonitor)
 	out, err := helper.Output()
 	if err != nil {
 		t.Fatalf("helper agent: %v\n%s", err, out)
@@ -66,7 +77,7 @@ func TestAdoptContainersOfAnExitedAgent(t *testing.T) {
 	}
 	sb, id := fields[0], fields[1]
 
-	r := newTestRuntime(t, root)
+	r := newTestRuntimeWith(t, Config{RootDir: root, MonitorPath: adopterMonitor})
 	t.Cleanup(func() {
 		if err := r.RemovePodSandbox(context.Background(), sb); err != nil {
 			t.Errorf("RemovePodSandbox: %v", err)

@@ -2,11 +2,9 @@ package embedded
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/minilet/minilet/internal/cri/embedded/monitorproc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -73,42 +71,5 @@ func capBits(name string) (uint64, error) {
 	return 1 << bit, nil
 }
 
-// limitBoundingSet drops every capability outside mask from the calling
-// thread's bounding set, which caps what a program it execs (or a child it
-// forks) can ever hold. The caller must have locked its OS thread.
-func limitBoundingSet(mask uint64) error {
-	last := lastCap()
-	for c := uint(0); c <= last; c++ {
-		if mask&(1<<c) != 0 {
-			continue
-		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-			return fmt.Errorf("drop capability %d: %w", c, err)
-		}
-	}
-	return nil
-}
-
-func lastCap() uint {
-	data, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err == nil {
-		if n, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 8); err == nil && n < 64 {
-			return uint(n)
-		}
-	}
-	return 40
-}
-
 // procBoundingSet is the capability bounding set of pid.
-func procBoundingSet(pid string) (uint64, error) {
-	data, err := os.ReadFile("/proc/" + pid + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		}
-	}
-	return 0, fmt.Errorf("no CapBnd in /proc/%s/status", pid)
-}
+func procBoundingSet(pid string) (uint64, error) { return monitorproc.ProcBoundingSet(pid) }

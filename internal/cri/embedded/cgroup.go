@@ -78,14 +78,6 @@ func detectCgroups(mount string) (*cgroupDriver, error) {
 	return d, nil
 }
 
-// cgroupDir is a container's cgroup directory in one hierarchy (Root is the
-// hierarchy's mount point, Controller as in hierarchy).
-type cgroupDir struct {
-	Dir        string `json:"dir"`
-	Root       string `json:"root"`
-	Controller string `json:"controller"`
-}
-
 // containerDirs describes rel in every hierarchy, for the monitor.
 func (d *cgroupDriver) containerDirs(rel string) []cgroupDir {
 	out := make([]cgroupDir, 0, len(d.hiers))
@@ -287,41 +279,6 @@ func (d *cgroupDriver) remove(rel string) error {
 		}
 		time.Sleep(20 * time.Millisecond) // the kernel is still tearing processes down
 	}
-}
-
-// oomKills returns the number of OOM kills recorded in a memory cgroup
-// directory (v1 memory.oom_control or v2 memory.events), or -1 if unknown.
-func oomKills(memDir string, v2 bool) int64 {
-	file, key := "memory.oom_control", "oom_kill"
-	if v2 {
-		file = "memory.events"
-	}
-	v, ok := readKeyed(filepath.Join(memDir, file), key)
-	if !ok {
-		return -1
-	}
-	return v
-}
-
-// oomCounter is the monitor's evidence of an OOM kill: the oom_kill count
-// where the kernel has one, else (old v1 kernels) the number of times the
-// limit was hit, which together with a SIGKILL death means the same.
-func oomCounter(memDir string, v2 bool) int64 {
-	if memDir == "" {
-		return -1
-	}
-	if n := oomKills(memDir, v2); n >= 0 || v2 {
-		return n
-	}
-	data, err := os.ReadFile(filepath.Join(memDir, "memory.failcnt"))
-	if err != nil {
-		return -1
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
-	if err != nil {
-		return -1
-	}
-	return n
 }
 
 // cgroupStats is what ContainerStats reports from a container cgroup.

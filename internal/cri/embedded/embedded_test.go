@@ -15,7 +15,9 @@ func TestMain(m *testing.M) {
 	if root := os.Getenv(helperAgentEnv); root != "" {
 		os.Exit(runHelperAgent(root))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeSmallMonitor()
+	os.Exit(code)
 }
 
 // testLogger routes the runtime's logs to t.Log (or nowhere in benchmarks).
@@ -44,7 +46,14 @@ func requireRoot(tb testing.TB) {
 // Callers remove their sandboxes (which kills the containers) themselves.
 func newTestRuntime(tb testing.TB, root string) *Runtime {
 	tb.Helper()
-	r, err := New(Config{RootDir: root, Logger: testLogger(tb)})
+	return newTestRuntimeWith(tb, Config{RootDir: root})
+}
+
+// newTestRuntimeWith is newTestRuntime with more configuration.
+func newTestRuntimeWith(tb testing.TB, cfg Config) *Runtime {
+	tb.Helper()
+	cfg.Logger = testLogger(tb)
+	r, err := New(cfg)
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
@@ -54,8 +63,17 @@ func newTestRuntime(tb testing.TB, root string) *Runtime {
 
 func TestConformance(t *testing.T) {
 	requireRoot(t)
+	runConformance(t, "")
+}
+
+// runConformance runs the CRI conformance suite with monitors started from
+// monitorPath ("" for a re-exec of the test binary).
+func runConformance(t *testing.T, monitorPath string) {
+	open := func(t *testing.T, root string) *Runtime {
+		return newTestRuntimeWith(t, Config{RootDir: root, MonitorPath: monitorPath})
+	}
 	conformance.Run(t, func(t *testing.T) conformance.RuntimeUnderTest {
-		return newTestRuntime(t, t.TempDir())
+		return open(t, t.TempDir())
 	}, conformance.WithRestart(func(t *testing.T, old conformance.RuntimeUnderTest, whileDown func()) conformance.RuntimeUnderTest {
 		r := old.(*Runtime)
 		root := r.stateDir[:len(r.stateDir)-len("/runtime")]
@@ -63,6 +81,6 @@ func TestConformance(t *testing.T) {
 			t.Fatalf("Close: %v", err)
 		}
 		whileDown()
-		return newTestRuntime(t, root)
+		return open(t, root)
 	}))
 }

@@ -44,7 +44,7 @@ func (r *Runtime) StartContainer(ctx context.Context, containerID string) error 
 	rec := c.rec
 	r.mu.Unlock()
 
-	launched, err := r.launch(c.dir, &rec)
+	launched, err := r.launch(c, &rec)
 	if !launched {
 		r.mu.Lock()
 		c.starting = false
@@ -67,6 +67,9 @@ func (r *Runtime) StartContainer(ctx context.Context, containerID string) error 
 	r.mu.Lock()
 	c.start = start
 	r.mu.Unlock()
+	// The monitor may have ended before start was set, when the watcher
+	// still ignored the container: look again.
+	r.kickWatcher()
 	if start.Error != "" {
 		x := r.loadExit(c.dir)
 		if x == nil {
@@ -83,7 +86,8 @@ func (r *Runtime) StartContainer(ctx context.Context, containerID string) error 
 // launch prepares the cgroup and spec and starts the monitor. It reports
 // whether a monitor was started (after which its records are authoritative)
 // and waits until the monitor reported back or exited.
-func (r *Runtime) launch(dir string, rec *containerRecord) (bool, error) {
+func (r *Runtime) launch(c *container, rec *containerRecord) (bool, error) {
+	dir := c.dir
 	if rec.LogFile != "" {
 		if err := os.MkdirAll(filepath.Dir(rec.LogFile), 0o755); err != nil {
 			return false, fmt.Errorf("create log directory: %w", err)
@@ -125,7 +129,7 @@ func (r *Runtime) launch(dir string, rec *containerRecord) (bool, error) {
 	}
 	defer func() { _ = started.Close() }()
 	cmd := &exec.Cmd{
-		Path:        "/proc/self/exe",
+		Path:        r.monitor,
 		Args:        []string{monitorArg0, shortID(rec.ID)},
 		Env:         []string{monitorEnv + "=" + dir},
 		Stdout:      monLog,
@@ -139,9 +143,15 @@ func (r *Runtime) launch(dir string, rec *containerRecord) (bool, error) {
 		return false, fmt.Errorf("launch monitor: %w", err)
 	}
 	// Reap our child whenever it ends, even after Close; the kick makes the
-	// watcher notice the exit at once.
+	// watcher look at the container, which it does not poll.
+	r.mu.Lock()
+	c.child = true
+	r.mu.Unlock()
 	go func() {
 		_ = cmd.Wait()
+		r.mu.Lock()
+		c.monitorDone = true
+		r.mu.Unlock()
 		r.kickWatcher()
 	}()
 	_ = started.SetReadDeadline(time.Now().Add(monitorStartTimeout))

@@ -24,36 +24,6 @@ type rootfsRecord struct {
 	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
-// userSpec is who the container process runs as, resolved inside the
-// container against its /etc/passwd and /etc/group.
-type userSpec struct {
-	UID    *int64  `json:"uid,omitempty"`
-	GID    *int64  `json:"gid,omitempty"`
-	Name   string  `json:"name,omitempty"`  // user name, when UID is not given
-	Group  string  `json:"group,omitempty"` // group name, when GID is not given
-	Groups []int64 `json:"groups,omitempty"`
-}
-
-// bindMount is a CRI mount: a host path bound into the container.
-type bindMount struct {
-	Source   string `json:"source"`
-	Target   string `json:"target"`
-	ReadOnly bool   `json:"readOnly,omitempty"`
-}
-
-// rootfsSpec is the part of the monitor spec the container init needs.
-type rootfsSpec struct {
-	Lower    []string    `json:"lower,omitempty"` // layer dirs, top first (overlay lowerdir order)
-	Upper    string      `json:"upper,omitempty"`
-	Work     string      `json:"work,omitempty"`
-	Merged   string      `json:"merged"`
-	Copy     bool        `json:"copy,omitempty"`
-	User     userSpec    `json:"user"`
-	Mounts   []bindMount `json:"mounts,omitempty"`
-	Caps     *uint64     `json:"caps,omitempty"`
-	ReadOnly bool        `json:"readOnly,omitempty"`
-}
-
 // rootfsDir is where a container's writable layer lives.
 func rootfsDir(containerDir string) string { return filepath.Join(containerDir, "rootfs") }
 

@@ -50,15 +50,22 @@ type Config struct {
 	// registry credentials when a pull request carries none. Default:
 	// RootDir/config.json.
 	DockerConfigFiles []string
+	// MonitorPath is the program container monitors are started from (the
+	// small cmd/minilet-monitor binary). Default: "minilet-monitor" next to
+	// the agent's executable if that exists and is executable, else a
+	// re-exec of the agent itself, whose main must call MaybeRunMonitor.
+	MonitorPath string
 }
 
 // defaultCgroupParent is used for containers whose sandbox has no cgroup
 // parent.
 const defaultCgroupParent = "/minilet-embedded"
 
-// pollInterval bounds how late an exit of a re-adopted container (one whose
-// monitor is not our child) is noticed.
-const pollInterval = 100 * time.Millisecond
+// adoptedPollInterval bounds how late the exit of a re-adopted container
+// (one whose monitor a previous agent process started, so not our child) is
+// noticed. The exits of our own monitors' containers are noticed when the
+// monitor process ends, without polling.
+const adoptedPollInterval = time.Second
 
 // Runtime is the embedded CRI runtime. Create it with New; it is safe for
 // concurrent use.
@@ -71,6 +78,7 @@ type Runtime struct {
 	images   *imageStore
 	keychain dockerConfigKeychain
 	pinned   []string
+	monitor  string // executable monitors are started from
 
 	overlayOnce sync.Once
 	overlayOK   bool
@@ -149,6 +157,9 @@ type container struct {
 	exit     *exitRecord
 	starting bool
 	exited   chan struct{} // closed once exit is set
+	// child is set when this agent process started the monitor (so its end
+	// is observed by waiting for it), monitorDone once it ended.
+	child, monitorDone bool
 }
 
 // New opens (or creates) the runtime state under cfg.RootDir and re-adopts
@@ -172,6 +183,11 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.DockerConfigFiles == nil {
 		cfg.DockerConfigFiles = []string{filepath.Join(cfg.RootDir, "config.json")}
 	}
+	self, _ := os.Executable() // only to find the monitor binary next to it
+	monitor, err := monitorExecutable(cfg.MonitorPath, self)
+	if err != nil {
+		return nil, err
+	}
 	cg, err := detectCgroups(cfg.CgroupMount)
 	if err != nil {
 		return nil, errUnavailable("embedded runtime config: field CgroupMount %q: %v", cfg.CgroupMount, err)
@@ -189,6 +205,7 @@ func New(cfg Config) (*Runtime, error) {
 		kick:       make(chan struct{}, 1),
 		keychain:   dockerConfigKeychain{files: cfg.DockerConfigFiles},
 		pinned:     normalizePinned(cfg.PinnedImages),
+		monitor:    monitor,
 	}
 	for _, d := range []string{r.sandboxDir(), r.containersDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -209,7 +226,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.cancel = cancel
 	r.wg.Add(1)
 	go r.watch(ctx)
-	r.log.Info("embedded runtime ready", "stateDir", r.stateDir, "cgroupV2", cg.v2, "sandboxes", len(r.sandboxes), "containers", len(r.containers))
+	r.log.Info("embedded runtime ready", "stateDir", r.stateDir, "cgroupV2", cg.v2, "sandboxes", len(r.sandboxes), "containers", len(r.containers), "monitor", monitor)
 	return r, nil
 }
 
@@ -317,35 +334,48 @@ func (r *Runtime) loadExit(dir string) *exitRecord {
 	return &x
 }
 
-// watch notices container exits: immediately when one of our own monitor
-// children ends (kick), otherwise by polling.
+// watch notices container exits: when one of our own monitor children ends
+// (kick), and by polling only while re-adopted containers run.
 func (r *Runtime) watch(ctx context.Context) {
 	defer r.wg.Done()
-	t := time.NewTicker(pollInterval)
-	defer t.Stop()
+	poll := time.NewTimer(adoptedPollInterval)
+	defer poll.Stop()
 	for {
-		r.checkExits()
+		adopted := r.checkExits()
+		var tick <-chan time.Time
+		if adopted > 0 {
+			poll.Reset(adoptedPollInterval)
+			tick = poll.C
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-tick:
 		case <-r.kick:
 		}
 	}
 }
 
 // checkExits is one step of watch: it records the exit of every running
-// container whose monitor wrote an exit record or died.
-func (r *Runtime) checkExits() {
+// container whose monitor wrote an exit record or died. Containers of our
+// own monitors are only looked at once their monitor ended. It returns how
+// many running containers have a monitor that is not our child.
+func (r *Runtime) checkExits() (adopted int) {
 	r.mu.Lock()
-	var running []*container
+	var check []*container
 	for _, c := range r.containers {
-		if c.start != nil && c.exit == nil {
-			running = append(running, c)
+		if c.start == nil || c.exit != nil {
+			continue
+		}
+		if !c.child {
+			adopted++
+		}
+		if !c.child || c.monitorDone {
+			check = append(check, c)
 		}
 	}
 	r.mu.Unlock()
-	for _, c := range running {
+	for _, c := range check {
 		x := r.loadExit(c.dir)
 		if x == nil {
 			if monitorAlive(c.start) {
@@ -362,6 +392,7 @@ func (r *Runtime) checkExits() {
 		}
 		r.setExit(c, x)
 	}
+	return adopted
 }
 
 func (r *Runtime) setExit(c *container, x *exitRecord) {

@@ -1,11 +1,10 @@
-package embedded
+package monitorproc
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -15,11 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The container init: the monitor starts a re-exec of the agent binary in
-// new mount, PID, UTS and IPC namespaces; it mounts the root filesystem,
-// /proc, /dev and /sys, pivots into it, takes the container's user and
-// execs the container's command, which thus runs as PID 1. Failures before
-// the exec are written to fd 3; a successful exec closes it empty.
+// The container init: the monitor starts it (a re-exec of the monitor's
+// own binary, the agent or cmd/minilet-monitor) in new mount, PID, UTS and
+// IPC namespaces; it mounts the root filesystem, /proc, /dev and /sys,
+// pivots into it, takes the container's user and execs the container's
+// command, which thus runs as PID 1. Failures before the exec are written to
+// fd 3; a successful exec closes it empty.
 const (
 	initEnv   = "MINILET_EMBEDDED_INIT" // path of the monitor spec
 	initArg0  = "minilet-init"
@@ -39,7 +39,7 @@ func runInit() int {
 		_, _ = report.WriteString(err.Error())
 		return 127
 	}
-	var spec monitorSpec
+	var spec Spec
 	if err := readJSON(os.Getenv(initEnv), &spec); err != nil {
 		return fail(err)
 	}
@@ -60,7 +60,7 @@ func runInit() int {
 	if err := os.Chdir(spec.WorkingDir); err != nil {
 		return fail(fmt.Errorf("working directory %s: %w", spec.WorkingDir, err))
 	}
-	path, err := lookPath(spec.Args[0], env)
+	path, err := LookPath(spec.Args[0], env)
 	if err != nil {
 		return fail(err)
 	}
@@ -77,7 +77,7 @@ func runInit() int {
 
 // setupRootfs mounts the container's filesystems, creates the working
 // directory, and pivots into them.
-func setupRootfs(rs *rootfsSpec, workDir string) error {
+func setupRootfs(rs *RootfsSpec, workDir string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -125,7 +125,7 @@ func setupRootfs(rs *rootfsSpec, workDir string) error {
 	mounts := rs.Mounts
 	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
 		if !hasMountTarget(mounts, f) && fileExists(f) {
-			mounts = append(mounts, bindMount{Source: f, Target: f, ReadOnly: true})
+			mounts = append(mounts, BindMount{Source: f, Target: f, ReadOnly: true})
 		}
 	}
 	for _, b := range mounts {
@@ -170,7 +170,7 @@ func setupRootfs(rs *rootfsSpec, workDir string) error {
 // mountOverlay mounts the image layers under the writable layer. Lower dirs
 // are given relative to their common parent (the store's layer dir) so that
 // deep images fit in the one-page mount option limit.
-func mountOverlay(rs *rootfsSpec) error {
+func mountOverlay(rs *RootfsSpec) error {
 	if len(rs.Lower) == 0 {
 		return errors.New("image has no layers")
 	}
@@ -292,7 +292,7 @@ func secureJoin(root, path string) (string, error) {
 	return filepath.Join(root, resolved), nil
 }
 
-func hasMountTarget(ms []bindMount, target string) bool {
+func hasMountTarget(ms []BindMount, target string) bool {
 	for _, m := range ms {
 		if filepath.Clean(m.Target) == target {
 			return true
@@ -310,10 +310,10 @@ func hasEnv(env []string, key string) bool {
 	return false
 }
 
-// resolveUser turns a userSpec into credentials using the container's own
+// resolveUser turns a UserSpec into credentials using the container's own
 // /etc/passwd and /etc/group (called after pivoting), and returns the home
 // directory.
-func resolveUser(u userSpec) (*syscall.Credential, string, error) {
+func resolveUser(u UserSpec) (*syscall.Credential, string, error) {
 	uid, gid, home := int64(0), int64(0), "/root"
 	name := u.Name
 	switch {
@@ -443,96 +443,28 @@ func scanColonFile(path string, each func([]string) bool) {
 	}
 }
 
-// Variables (prefixed like trampolineEnv, so never passed on) that make the
-// exec trampoline enter a container from an image.
-const (
-	trampolinePidEnv = trampolineEnv + "_PID" // the container's PID 1, as the host sees it
-	trampolineDirEnv = trampolineEnv + "_DIR" // working directory inside the container
-)
-
-// execInContainer runs argv inside the container whose init is pid: in its
-// PID, UTS and IPC namespaces, chrooted into its root (through
-// /proc/PID/root, which shows the container's mounts), as the user its PID 1
-// runs as. A Go process cannot join a mount namespace, so the command stays
-// in the host's, which only its /proc/self/mounts can tell. The trampoline
-// waits for it and exits with its status.
-func execInContainer(pid, dir string, argv, env []string, fail func(error) int) int {
-	runtime.LockOSThread() // setns below is per thread; the child forks from it
-	cred, err := procCredential(pid)
-	if err != nil {
-		return fail(err)
-	}
-	// The command gets no capability the container lacks.
-	bnd, err := procBoundingSet(pid)
-	if err != nil {
-		return fail(fmt.Errorf("container is gone: %w", err))
-	}
-	if err := limitBoundingSet(bnd); err != nil {
-		return fail(err)
-	}
-	for _, ns := range []struct {
-		name string
-		flag int
-	}{{"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}, {"pid", unix.CLONE_NEWPID}} {
-		f, err := os.Open("/proc/" + pid + "/ns/" + ns.name)
-		if err != nil {
-			return fail(fmt.Errorf("container is gone: %w", err))
+// limitBoundingSet drops every capability outside mask from the calling
+// thread's bounding set, which caps what a program it execs (or a child it
+// forks) can ever hold. The caller must have locked its OS thread.
+func limitBoundingSet(mask uint64) error {
+	last := lastCap()
+	for c := uint(0); c <= last; c++ {
+		if mask&(1<<c) != 0 {
+			continue
 		}
-		err = unix.Setns(int(f.Fd()), ns.flag)
-		_ = f.Close()
-		if err != nil {
-			return fail(fmt.Errorf("enter %s namespace: %w", ns.name, err))
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("drop capability %d: %w", c, err)
 		}
 	}
-	if err := syscall.Chroot("/proc/" + pid + "/root"); err != nil {
-		return fail(fmt.Errorf("enter container root: %w", err))
-	}
-	if dir == "" {
-		dir = "/"
-	}
-	if err := os.Chdir(dir); err != nil {
-		return fail(fmt.Errorf("working directory %s: %w", dir, err))
-	}
-	path, err := lookPath(argv[0], env)
-	if err != nil {
-		return fail(err)
-	}
-	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		SysProcAttr: &syscall.SysProcAttr{Credential: cred}}
-	if err := cmd.Start(); err != nil {
-		return fail(err)
-	}
-	_ = cmd.Wait()
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ws.ExitStatus()
+	return nil
 }
 
-// procCredential is the user, group and supplementary groups pid runs as.
-func procCredential(pid string) (*syscall.Credential, error) {
-	data, err := os.ReadFile("/proc/" + pid + "/status")
-	if err != nil {
-		return nil, fmt.Errorf("container is gone: %w", err)
-	}
-	cred := &syscall.Credential{}
-	for _, line := range strings.Split(string(data), "\n") {
-		k, v, _ := strings.Cut(line, ":")
-		f := strings.Fields(v)
-		switch {
-		case k == "Uid" && len(f) > 0:
-			n, _ := strconv.ParseUint(f[0], 10, 32)
-			cred.Uid = uint32(n)
-		case k == "Gid" && len(f) > 0:
-			n, _ := strconv.ParseUint(f[0], 10, 32)
-			cred.Gid = uint32(n)
-		case k == "Groups":
-			for _, g := range f {
-				n, _ := strconv.ParseUint(g, 10, 32)
-				cred.Groups = append(cred.Groups, uint32(n))
-			}
+func lastCap() uint {
+	data, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err == nil {
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 8); err == nil && n < 64 {
+			return uint(n)
 		}
 	}
-	return cred, nil
+	return 40
 }

@@ -1,0 +1,337 @@
+package monitorproc
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// runMonitor supervises one container process: it starts it inside the
+// container cgroup, copies its output to the CRI log, waits for it and writes
+// the exit record. It outlives the agent (own session).
+func runMonitor(dir string) int {
+	// fd 3 is the agent's "started" pipe; the container must not inherit it.
+	syscall.CloseOnExec(3)
+	notify := os.NewFile(3, "started")
+	var spec Spec
+	if err := readJSON(filepath.Join(dir, FileSpec), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "monitor:", err)
+		return 2
+	}
+	// Signals aimed at the monitor must not kill it: the container would be
+	// orphaned without an exit record. Caught (not ignored) signals revert to
+	// their defaults in the child at exec.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE, syscall.SIGUSR1)
+
+	out := &logWriter{path: spec.LogPath}
+	if err := out.open(); err != nil {
+		return failStart(dir, notify, fmt.Errorf("open log %s: %w", spec.LogPath, err))
+	}
+	oomBefore := oomCounter(spec.MemoryDir, spec.CgroupV2)
+
+	cmd, stdout, stderr, err := startInCgroup(dir, &spec)
+	if err != nil {
+		return failStart(dir, notify, err)
+	}
+	if spec.OOMScoreAdj != nil {
+		// Fails for negative values without CAP_SYS_RESOURCE; the agent
+		// already warned about that, the container runs regardless.
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", cmd.Process.Pid), []byte(strconv.FormatInt(*spec.OOMScoreAdj, 10)), 0o644)
+	}
+	self := os.Getpid()
+	ticks, _ := ProcStartTicks(self)
+	if err := writeRecord(filepath.Join(dir, FileStart), StartRecord{
+		MonitorPid: self, MonitorTicks: ticks, Pid: cmd.Process.Pid, StartedAt: time.Now().UnixNano(),
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "monitor: write start record:", err)
+	}
+	_, _ = notify.Write([]byte{1})
+	_ = notify.Close()
+
+	var copying sync.WaitGroup
+	copying.Add(2)
+	go func() { defer copying.Done(); out.copyStream("stdout", stdout) }()
+	go func() { defer copying.Done(); out.copyStream("stderr", stderr) }()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	var waitErr error
+	for done := false; !done; {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGUSR1 {
+				if err := out.reopen(); err != nil {
+					fmt.Fprintln(os.Stderr, "monitor: reopen log:", err)
+				}
+			}
+		case waitErr = <-waited:
+			done = true
+		}
+	}
+	// The container ends with its main process: whatever it left behind in
+	// its process group or cgroup goes too, which also closes the pipes.
+	pid := cmd.Process.Pid
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	for _, h := range spec.CgroupDirs {
+		killProcsIn(filepath.Join(h.Dir, "cgroup.procs"))
+	}
+	drained := make(chan struct{})
+	go func() { copying.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(5 * time.Second):
+		// Something escaped both the group and the cgroup with our pipe.
+		_ = stdout.SetReadDeadline(time.Now())
+		_ = stderr.SetReadDeadline(time.Now())
+		<-drained
+	}
+	out.close()
+
+	rec := ExitRecord{FinishedAt: time.Now().UnixNano(), Reason: ReasonCompleted}
+	var status syscall.WaitStatus
+	if cmd.ProcessState != nil {
+		status, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+	}
+	switch {
+	case cmd.ProcessState == nil:
+		rec.ExitCode, rec.Reason, rec.Message = 255, ReasonError, fmt.Sprintf("wait: %v", waitErr)
+	case status.Signaled():
+		rec.ExitCode = 128 + int32(status.Signal())
+		rec.Reason = ReasonError
+		rec.Message = "killed by signal " + status.Signal().String()
+	default:
+		rec.ExitCode = int32(status.ExitStatus())
+		if rec.ExitCode != 0 {
+			rec.Reason = ReasonError
+		}
+	}
+	if after := oomCounter(spec.MemoryDir, spec.CgroupV2); oomBefore >= 0 && after > oomBefore && status.Signaled() && status.Signal() == syscall.SIGKILL {
+		rec.ExitCode, rec.Reason, rec.Message = 137, ReasonOOMKilled, "the container exceeded its memory limit"
+	}
+	if err := writeRecord(filepath.Join(dir, FileExit), rec); err != nil {
+		fmt.Fprintln(os.Stderr, "monitor: write exit record:", err)
+		return 1
+	}
+	return 0
+}
+
+// startInCgroup starts the container process inside its cgroup. The monitor
+// joins the container cgroup, forks (the child inherits the cgroup before it
+// execs anything), and moves itself back to where it came from so that its
+// own memory is not charged to the container.
+func startInCgroup(dir string, spec *Spec) (*exec.Cmd, *os.File, *os.File, error) {
+	if len(spec.Args) == 0 {
+		return nil, nil, nil, fmt.Errorf("no command")
+	}
+	var path string
+	var initReport, initNotify *os.File
+	var err error
+	if spec.Rootfs == nil {
+		if path, err = LookPath(spec.Args[0], spec.Env); err != nil {
+			return nil, nil, nil, err
+		}
+	} else if initReport, initNotify, err = os.Pipe(); err != nil {
+		return nil, nil, nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer func() { _ = devnull.Close() }()
+	cmd := &exec.Cmd{
+		Path: path, Args: spec.Args, Env: spec.Env, Dir: spec.WorkingDir,
+		Stdin: devnull, Stdout: outW, Stderr: errW,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if spec.Rootfs != nil {
+		defer func() { _ = initReport.Close() }()
+		cmd.Path, cmd.Args, cmd.Dir = "/proc/self/exe", []string{initArg0}, ""
+		cmd.Env = []string{initEnv + "=" + filepath.Join(dir, FileSpec)}
+		cmd.ExtraFiles = []*os.File{initNotify}
+		cmd.SysProcAttr.Cloneflags = initFlags
+	}
+	home := ownCgroups(spec.CgroupDirs)
+	for _, h := range spec.CgroupDirs {
+		if err := os.WriteFile(filepath.Join(h.Dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			returnHome(home)
+			return nil, nil, nil, fmt.Errorf("join cgroup %s: %w", h.Dir, err)
+		}
+	}
+	err = cmd.Start()
+	returnHome(home)
+	_ = outW.Close()
+	_ = errW.Close()
+	if initNotify != nil {
+		_ = initNotify.Close()
+	}
+	if err == nil && initReport != nil {
+		// The init reports a setup failure, or closes the pipe by exec.
+		if msg, _ := io.ReadAll(initReport); len(msg) > 0 {
+			_ = cmd.Wait()
+			err = errors.New(string(msg))
+		}
+	}
+	if err != nil {
+		_ = outR.Close()
+		_ = errR.Close()
+		return nil, nil, nil, err
+	}
+	return cmd, outR, errR, nil
+}
+
+// ownCgroups maps each hierarchy of dirs to the cgroup.procs file of the
+// cgroup this process is in now.
+func ownCgroups(dirs []CgroupDir) []string {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, h := range dirs {
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			match := h.Controller == "" && parts[0] == "0" && parts[1] == ""
+			for _, c := range strings.Split(parts[1], ",") {
+				if h.Controller != "" && c == h.Controller {
+					match = true
+				}
+			}
+			if match {
+				out = append(out, filepath.Join(h.Root, parts[2], "cgroup.procs"))
+				break
+			}
+		}
+	}
+	return out
+}
+
+func returnHome(procs []string) {
+	for _, p := range procs {
+		_ = os.WriteFile(p, []byte(strconv.Itoa(os.Getpid())), 0o644)
+	}
+}
+
+func killProcsIn(procsFile string) {
+	data, err := os.ReadFile(procsFile)
+	if err != nil {
+		return
+	}
+	for _, l := range strings.Fields(string(data)) {
+		if p, err := strconv.Atoi(l); err == nil && p != os.Getpid() {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+}
+
+func failStart(dir string, notify *os.File, cause error) int {
+	now := time.Now().UnixNano()
+	self := os.Getpid()
+	ticks, _ := ProcStartTicks(self)
+	_ = writeRecord(filepath.Join(dir, FileExit), ExitRecord{ExitCode: 128, FinishedAt: now, Reason: ReasonStartError, Message: cause.Error()})
+	_ = writeRecord(filepath.Join(dir, FileStart), StartRecord{MonitorPid: self, MonitorTicks: ticks, StartedAt: now, Error: cause.Error()})
+	_, _ = notify.Write([]byte{0})
+	_ = notify.Close()
+	return 0
+}
+
+// logWriter writes CRI-format log lines: "RFC3339Nano stream F|P content".
+type logWriter struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+}
+
+// maxLogLine is the longest content of one log line; longer lines are split
+// into partial (P) lines.
+const maxLogLine = 16 * 1024
+
+func (w *logWriter) open() error {
+	if w.path == "" {
+		return nil
+	}
+	f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	w.f = f
+	return nil
+}
+
+func (w *logWriter) reopen() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f != nil {
+		_ = w.f.Close()
+		w.f = nil
+	}
+	return w.open()
+}
+
+func (w *logWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f != nil {
+		_ = w.f.Close()
+		w.f = nil
+	}
+}
+
+func (w *logWriter) copyStream(stream string, r io.Reader) {
+	br := bufio.NewReaderSize(r, maxLogLine)
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			tag := "F"
+			content := line
+			if line[len(line)-1] == '\n' {
+				content = line[:len(line)-1]
+			} else if err == bufio.ErrBufferFull {
+				tag = "P"
+			}
+			w.write(stream, tag, content)
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return
+		}
+	}
+}
+
+func (w *logWriter) write(stream, tag string, content []byte) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f == nil {
+		return
+	}
+	buf := make([]byte, 0, len(content)+64)
+	buf = time.Now().AppendFormat(buf, time.RFC3339Nano)
+	buf = append(buf, ' ')
+	buf = append(buf, stream...)
+	buf = append(buf, ' ')
+	buf = append(buf, tag...)
+	buf = append(buf, ' ')
+	buf = append(buf, content...)
+	buf = append(buf, '\n')
+	_, _ = w.f.Write(buf)
+}

@@ -1,0 +1,310 @@
+// Package monitorproc is the process side of the embedded runtime's
+// container monitor: the code that runs inside the per-container monitor
+// process, the container init it starts for containers from images, and the
+// exec trampoline. It imports only the standard library and
+// golang.org/x/sys/unix, so that the small cmd/minilet-monitor binary built
+// from it starts fast and stays small; the agent binary runs the same code
+// when it re-executes itself (embedded.MaybeRunMonitor).
+//
+// The contract with the agent: the monitor is started with argv[0]
+// MonitorArg0, the environment variable MonitorEnv set to the container's
+// state directory (which holds the Spec in FileSpec), and fd 3 a pipe on
+// which it writes one byte once it wrote the StartRecord (FileStart). It
+// writes the ExitRecord (FileExit) when the container ends.
+package monitorproc
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// Environment markers that turn an execution of the agent or monitor binary
+// into a monitor (value: the container's state directory) or an exec
+// trampoline.
+const (
+	MonitorEnv    = "MINILET_EMBEDDED_MONITOR"
+	TrampolineEnv = "MINILET_EMBEDDED_EXEC"
+	// TrampolinePidEnv and TrampolineDirEnv (prefixed like TrampolineEnv, so
+	// never passed on) make the exec trampoline enter a container from an
+	// image: its PID 1 as the host sees it, and the working directory.
+	TrampolinePidEnv = TrampolineEnv + "_PID"
+	TrampolineDirEnv = TrampolineEnv + "_DIR"
+)
+
+// argv[0] of the helper processes.
+const (
+	MonitorArg0    = "minilet-monitor"
+	TrampolineArg0 = "minilet-exec"
+)
+
+// State files in a container's directory written or read by the monitor.
+const (
+	FileSpec  = "monitor.json" // Spec, written by the agent before start
+	FileStart = "start.json"   // StartRecord, written by the monitor
+	FileExit  = "exit.json"    // ExitRecord, written by the monitor (or the agent if the monitor vanished)
+)
+
+// Reasons reported in ContainerStatus.
+const (
+	ReasonCompleted  = "Completed"
+	ReasonError      = "Error"
+	ReasonOOMKilled  = "OOMKilled"
+	ReasonStartError = "StartError"
+)
+
+// DefaultPath is the PATH containers on the host image get unless their
+// config sets one.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Spec tells the monitor what to run.
+type Spec struct {
+	Args        []string    `json:"args"`
+	Env         []string    `json:"env"`
+	WorkingDir  string      `json:"workingDir"`
+	LogPath     string      `json:"logPath"` // absolute; empty discards output
+	CgroupDirs  []CgroupDir `json:"cgroupDirs"`
+	MemoryDir   string      `json:"memoryDir"` // memory cgroup dir, for OOM detection
+	CgroupV2    bool        `json:"cgroupV2"`
+	OOMScoreAdj *int64      `json:"oomScoreAdj,omitempty"`
+	// Rootfs, when set, runs the container from an image: through the
+	// container init, in its own namespaces and root filesystem.
+	Rootfs *RootfsSpec `json:"rootfs,omitempty"`
+}
+
+// CgroupDir is a container's cgroup in one hierarchy: Dir the cgroup
+// directory, Root the hierarchy's mount, Controller one of its controllers
+// (v1; empty for the v2 unified hierarchy), by which the monitor finds its
+// own cgroup there.
+type CgroupDir struct {
+	Dir        string `json:"dir"`
+	Root       string `json:"root"`
+	Controller string `json:"controller"`
+}
+
+// RootfsSpec is the part of the monitor spec the container init needs.
+type RootfsSpec struct {
+	Lower    []string    `json:"lower,omitempty"` // layer dirs, top first (overlay lowerdir order)
+	Upper    string      `json:"upper,omitempty"`
+	Work     string      `json:"work,omitempty"`
+	Merged   string      `json:"merged"`
+	Copy     bool        `json:"copy,omitempty"`
+	User     UserSpec    `json:"user"`
+	Mounts   []BindMount `json:"mounts,omitempty"`
+	Caps     *uint64     `json:"caps,omitempty"`
+	ReadOnly bool        `json:"readOnly,omitempty"`
+}
+
+// UserSpec is who the container process runs as, resolved inside the
+// container against its /etc/passwd and /etc/group.
+type UserSpec struct {
+	UID    *int64  `json:"uid,omitempty"`
+	GID    *int64  `json:"gid,omitempty"`
+	Name   string  `json:"name,omitempty"`  // user name, when UID is not given
+	Group  string  `json:"group,omitempty"` // group name, when GID is not given
+	Groups []int64 `json:"groups,omitempty"`
+}
+
+// BindMount is a CRI mount: a host path bound into the container.
+type BindMount struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
+}
+
+// StartRecord is the monitor's report that the container process runs (or
+// could not be started).
+type StartRecord struct {
+	MonitorPid   int    `json:"monitorPid"`
+	MonitorTicks uint64 `json:"monitorTicks"` // start time of the monitor, against pid reuse
+	Pid          int    `json:"pid"`
+	StartedAt    int64  `json:"startedAt"`
+	Error        string `json:"error,omitempty"`
+}
+
+// ExitRecord is the final word on a container process.
+type ExitRecord struct {
+	ExitCode   int32  `json:"exitCode"`
+	FinishedAt int64  `json:"finishedAt"`
+	Reason     string `json:"reason"`
+	Message    string `json:"message,omitempty"`
+}
+
+// MaybeRun returns at once unless this process was started in one of the
+// helper roles (monitor, exec trampoline, container init); then it does
+// that job and exits without returning. Both the environment marker and
+// argv[0] must match, so that a stray variable never turns an agent into a
+// monitor.
+func MaybeRun() {
+	if len(os.Args) == 0 {
+		return
+	}
+	if dir := os.Getenv(MonitorEnv); dir != "" && os.Args[0] == MonitorArg0 {
+		runtime.GOMAXPROCS(1)
+		debug.SetGCPercent(20)
+		os.Exit(runMonitor(dir))
+	}
+	if os.Getenv(TrampolineEnv) != "" && os.Args[0] == TrampolineArg0 {
+		os.Exit(runTrampoline())
+	}
+	if os.Getenv(initEnv) != "" && os.Args[0] == initArg0 {
+		os.Exit(runInit())
+	}
+}
+
+// ProcStartTicks returns the start time of pid (field 22 of /proc/pid/stat)
+// and whether the process is alive (not a zombie).
+func ProcStartTicks(pid int) (uint64, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, false
+	}
+	ticks, _ := strconv.ParseUint(f[19], 10, 64)
+	return ticks, f[0] != "Z" && f[0] != "X"
+}
+
+// ProcBoundingSet is the capability bounding set of pid ("self" allowed).
+func ProcBoundingSet(pid string) (uint64, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+	}
+	return 0, fmt.Errorf("no CapBnd in /proc/%s/status", pid)
+}
+
+// LookPath resolves a command like the container would: through the PATH of
+// the container's environment.
+func LookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		if _, err := os.Stat(name); err != nil {
+			return "", fmt.Errorf("executable %q not found: %w", name, err)
+		}
+		return name, nil
+	}
+	pathVar := DefaultPath
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	for _, d := range filepath.SplitList(pathVar) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("executable %q not found in $PATH", name)
+}
+
+// readJSON decodes path into v.
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeRecord stores v at path without tearing (temp file and rename) but
+// without fsync: start and exit records only matter while the machine stays
+// up, since after a reboot their processes are gone anyway.
+func writeRecord(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmpName := tmp.Name()
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		_ = os.Remove(tmpName)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		_ = os.Remove(tmpName)
+		return err
+	}
+	if err := os.Rename(tmpName, path); err != nil {
+		_ = os.Remove(tmpName)
+		return fmt.Errorf("rename %s: %w", path, err)
+	}
+	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// oomCounter is the monitor's evidence of an OOM kill: the oom_kill count
+// of the memory cgroup (v1 memory.oom_control, v2 memory.events) where the
+// kernel has one, else (old v1 kernels) the number of times the limit was
+// hit, which together with a SIGKILL death means the same. -1 if unknown.
+func oomCounter(memDir string, v2 bool) int64 {
+	if memDir == "" {
+		return -1
+	}
+	file := "memory.oom_control"
+	if v2 {
+		file = "memory.events"
+	}
+	if n, ok := readKeyed(filepath.Join(memDir, file), "oom_kill"); ok || v2 {
+		if !ok {
+			return -1
+		}
+		return n
+	}
+	data, err := os.ReadFile(filepath.Join(memDir, "memory.failcnt"))
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// readKeyed reads "key value" lines (memory.oom_control, memory.events).
+func readKeyed(path, key string) (int64, bool) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == key {
+			v, err := strconv.ParseInt(f[1], 10, 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}

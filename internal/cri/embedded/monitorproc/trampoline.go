@@ -1,0 +1,143 @@
+package monitorproc
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// runTrampoline is the exec helper: it joins the container's cgroups (paths
+// in argv before "--"), then replaces itself with the command after "--".
+// Failures before exec are reported on fd 3, which exec closes otherwise.
+func runTrampoline() int {
+	report := os.NewFile(3, "report")
+	syscall.CloseOnExec(3)
+	fail := func(err error) int {
+		_, _ = report.WriteString(err.Error())
+		return 127
+	}
+	args := os.Args[1:]
+	sep := -1
+	for i, a := range args {
+		if a == "--" {
+			sep = i
+			break
+		}
+	}
+	if sep < 0 || sep == len(args)-1 {
+		return fail(fmt.Errorf("trampoline: no command"))
+	}
+	for _, procs := range args[:sep] {
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return fail(fmt.Errorf("join cgroup %s: %w", procs, err))
+		}
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, TrampolineEnv) {
+			env = append(env, kv)
+		}
+	}
+	argv := args[sep+1:]
+	if pid := os.Getenv(TrampolinePidEnv); pid != "" {
+		return execInContainer(pid, os.Getenv(TrampolineDirEnv), argv, env, fail)
+	}
+	path, err := LookPath(argv[0], env)
+	if err != nil {
+		return fail(err)
+	}
+	return fail(syscall.Exec(path, argv, env))
+}
+
+// execInContainer runs argv inside the container whose init is pid: in its
+// PID, UTS and IPC namespaces, chrooted into its root (through
+// /proc/PID/root, which shows the container's mounts), as the user its PID 1
+// runs as. A Go process cannot join a mount namespace, so the command stays
+// in the host's, which only its /proc/self/mounts can tell. The trampoline
+// waits for it and exits with its status.
+func execInContainer(pid, dir string, argv, env []string, fail func(error) int) int {
+	runtime.LockOSThread() // setns below is per thread; the child forks from it
+	cred, err := procCredential(pid)
+	if err != nil {
+		return fail(err)
+	}
+	// The command gets no capability the container lacks.
+	bnd, err := ProcBoundingSet(pid)
+	if err != nil {
+		return fail(fmt.Errorf("container is gone: %w", err))
+	}
+	if err := limitBoundingSet(bnd); err != nil {
+		return fail(err)
+	}
+	for _, ns := range []struct {
+		name string
+		flag int
+	}{{"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}, {"pid", unix.CLONE_NEWPID}} {
+		f, err := os.Open("/proc/" + pid + "/ns/" + ns.name)
+		if err != nil {
+			return fail(fmt.Errorf("container is gone: %w", err))
+		}
+		err = unix.Setns(int(f.Fd()), ns.flag)
+		_ = f.Close()
+		if err != nil {
+			return fail(fmt.Errorf("enter %s namespace: %w", ns.name, err))
+		}
+	}
+	if err := syscall.Chroot("/proc/" + pid + "/root"); err != nil {
+		return fail(fmt.Errorf("enter container root: %w", err))
+	}
+	if dir == "" {
+		dir = "/"
+	}
+	if err := os.Chdir(dir); err != nil {
+		return fail(fmt.Errorf("working directory %s: %w", dir, err))
+	}
+	path, err := LookPath(argv[0], env)
+	if err != nil {
+		return fail(err)
+	}
+	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		SysProcAttr: &syscall.SysProcAttr{Credential: cred}}
+	if err := cmd.Start(); err != nil {
+		return fail(err)
+	}
+	_ = cmd.Wait()
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+// procCredential is the user, group and supplementary groups pid runs as.
+func procCredential(pid string) (*syscall.Credential, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return nil, fmt.Errorf("container is gone: %w", err)
+	}
+	cred := &syscall.Credential{}
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		f := strings.Fields(v)
+		switch {
+		case k == "Uid" && len(f) > 0:
+			n, _ := strconv.ParseUint(f[0], 10, 32)
+			cred.Uid = uint32(n)
+		case k == "Gid" && len(f) > 0:
+			n, _ := strconv.ParseUint(f[0], 10, 32)
+			cred.Gid = uint32(n)
+		case k == "Groups":
+			for _, g := range f {
+				n, _ := strconv.ParseUint(g, 10, 32)
+				cred.Groups = append(cred.Groups, uint32(n))
+			}
+		}
+	}
+	return cred, nil
+}
