@@ -5,8 +5,10 @@ LINT := $(shell $(GO) env GOPATH)/bin/golangci-lint
 
 .PHONY: build test unit vet lint bench run clean
 
+# The agent starts container monitors from bin/minilet-monitor (next to it).
 build:
 	$(GO) build -o $(BIN) ./cmd/minilet
+	$(GO) build -o bin/minilet-monitor ./cmd/minilet-monitor
 
 # The README's test command: vet, lint, and every test with the race
 # detector. Root-only tests (cgroups, processes) run here because CI is root.

@@ -35,7 +35,8 @@ var (
 	buildErr  error
 )
 
-// Binary builds ./cmd/minilet once per test process and returns its path.
+// Binary builds ./cmd/minilet, and ./cmd/minilet-monitor next to it, once per
+// test process and returns the agent's path.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -45,11 +46,18 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "minilet")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/minilet")
-		cmd.Dir = repoRoot()
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		// The agent starts container monitors from the small
+		// minilet-monitor binary next to it.
+		for _, b := range []struct{ out, pkg string }{
+			{binPath, "./cmd/minilet"},
+			{filepath.Join(dir, "minilet-monitor"), "./cmd/minilet-monitor"},
+		} {
+			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+			cmd.Dir = repoRoot()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
+				return
+			}
 		}
 	})
 	if buildErr != nil {
