@@ -229,6 +229,9 @@ func TestPodsFlowInStatusFlowsOutAndDeletionIsGraceful(t *testing.T) {
 	if err := c.FinalizeDeletion(ctx, got[0]); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.FinalizeDeletion(ctx, got[0]); err != nil {
+		t.Fatalf("finalizing twice: %v", err)
+	}
 	_, err = srv.Admin.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("after FinalizeDeletion: %v, want NotFound", err)
@@ -283,10 +286,12 @@ func TestMirrorPodCarriesStaticPodStatus(t *testing.T) {
 		}
 		return p.UID != first && p.Annotations[podspec.AnnotationConfigMirror] == "hash-2", fmt.Sprint(p.Annotations)
 	})
-	if err := c.CleanupMirrorPods(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	// Cleanup works from the watch cache, which may not show the new
+	// mirror yet: the agent calls it periodically, so does the test.
 	eventually(t, "orphaned mirror pod deleted", func() (bool, string) {
+		if err := c.CleanupMirrorPods(ctx, nil); err != nil {
+			return false, err.Error()
+		}
 		_, err := srv.Admin.CoreV1().Pods("default").Get(ctx, static.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})

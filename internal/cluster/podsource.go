@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -23,6 +25,9 @@ type podSource struct {
 	informer cache.SharedIndexInformer
 	updates  chan podsource.Update
 	changed  chan struct{}
+
+	mu        sync.Mutex
+	finalized map[types.UID]bool // deleted by FinalizeDeletion, still in the cache
 }
 
 func newPodSource(c *Cluster) *podSource {
@@ -30,12 +35,25 @@ func newPodSource(c *Cluster) *podSource {
 	lw := cache.NewFilteredListWatchFromClient(c.watch.CoreV1().RESTClient(), "pods", metav1.NamespaceAll,
 		func(o *metav1.ListOptions) { o.FieldSelector = sel })
 	inf := cache.NewSharedIndexInformer(lw, &v1.Pod{}, 0, cache.Indexers{})
-	s := &podSource{c: c, informer: inf, updates: make(chan podsource.Update, 1), changed: make(chan struct{}, 1)}
+	s := &podSource{
+		c: c, informer: inf, updates: make(chan podsource.Update, 1), changed: make(chan struct{}, 1),
+		finalized: map[types.UID]bool{},
+	}
 	notify := func(any) { s.poke() }
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    notify,
 		UpdateFunc: func(_, n any) { notify(n) },
-		DeleteFunc: notify,
+		DeleteFunc: func(o any) {
+			if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if p, ok := o.(*v1.Pod); ok {
+				s.mu.Lock()
+				delete(s.finalized, p.UID)
+				s.mu.Unlock()
+			}
+			s.poke()
+		},
 	})
 	return s
 }
@@ -129,6 +147,12 @@ func IsMirrorPod(p *v1.Pod) bool {
 // containers. Its last status is written first. A pod already gone is
 // not an error.
 func (c *Cluster) FinalizeDeletion(ctx context.Context, pod *v1.Pod) error {
+	c.pods.mu.Lock()
+	done := c.pods.finalized[pod.UID]
+	c.pods.mu.Unlock()
+	if done {
+		return nil // deleted already; the watch has not caught up
+	}
 	c.status.flushPod(ctx, pod.UID)
 	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: ptr.To[int64](0),
@@ -136,6 +160,14 @@ func (c *Cluster) FinalizeDeletion(ctx context.Context, pod *v1.Pod) error {
 	})
 	c.status.forget(pod.UID)
 	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		// Remember it until the watch reports the deletion (the check and
+		// the insert under one lock, so the delete handler cannot slip
+		// between them and leave the entry behind).
+		c.pods.mu.Lock()
+		if cur, cached := c.pods.cached(pod.Namespace, pod.Name); cached && cur.UID == pod.UID {
+			c.pods.finalized[pod.UID] = true
+		}
+		c.pods.mu.Unlock()
 		return nil // gone, or replaced by a new pod of the same name
 	}
 	return classify(err, "deleting pod "+pod.Namespace+"/"+pod.Name)
