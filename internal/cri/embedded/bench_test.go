@@ -12,10 +12,17 @@ import (
 )
 
 // BenchmarkContainerStart measures create + start + observing RUNNING of a
-// sleep container, and reports the monitor's resident memory.
+// sleep container, and reports the monitor's resident memory, for monitors
+// that re-execute the agent (here the test binary) and for the small
+// cmd/minilet-monitor binary.
 func BenchmarkContainerStart(b *testing.B) {
 	requireRoot(b)
-	r := newTestRuntime(b, b.TempDir())
+	b.Run("reexec", func(b *testing.B) { benchContainerStart(b, "") })
+	b.Run("small-monitor", func(b *testing.B) { benchContainerStart(b, smallMonitor(b)) })
+}
+
+func benchContainerStart(b *testing.B, monitorPath string) {
+	r := newTestRuntimeWith(b, Config{RootDir: b.TempDir(), MonitorPath: monitorPath})
 	sb, _ := testSandbox(b, r)
 	ctx := context.Background()
 	var rssTotal, anonTotal, rssSamples int64

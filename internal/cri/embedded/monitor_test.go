@@ -26,7 +26,7 @@ var (
 
 // smallMonitor builds cmd/minilet-monitor once per test process and returns
 // its path; TestMain removes it.
-func smallMonitor(t *testing.T) string {
+func smallMonitor(t testing.TB) string {
 	t.Helper()
 	smallMonitorOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "minilet-monitor-test-")
