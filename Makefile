@@ -26,6 +26,9 @@ lint:
 # containerd (failing loudly if it cannot: CI must cover both runtimes);
 # it is stopped afterwards, also when tests fail, keeping their status.
 CONTAINERD_STATE ?= /tmp/minilet-containerd
+# Cluster-mode tests build kube-apiserver and etcd (hack/cluster, cached in
+# ~/.cache/minilet-cluster; about 5 min cold on 2 cores). 0 skips them.
+MINILET_CLUSTER ?= 1
 
 unit:
 	@ep=$$(./scripts/containerd-up.sh $(CONTAINERD_STATE) | tail -n 1); \
@@ -33,7 +36,7 @@ unit:
 	trap './scripts/containerd-down.sh $(CONTAINERD_STATE)' EXIT; \
 	trap 'exit 130' INT TERM; \
 	echo "make unit: containerd at $$ep"; \
-	MINILET_CONTAINERD_ENDPOINT=$$ep $(GO) test -race -count=1 -timeout 15m ./...
+	MINILET_CLUSTER=$(MINILET_CLUSTER) MINILET_CONTAINERD_ENDPOINT=$$ep $(GO) test -race -count=1 -timeout 20m ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./bench/
