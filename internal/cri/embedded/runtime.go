@@ -1,9 +1,11 @@
 // Package embedded is minilet's built-in container runtime. It implements
 // the CRI Go interfaces (k8s.io/cri-api/pkg/apis RuntimeService and
 // ImageManagerService) with plain host processes: every container runs under
-// a small monitor process (a re-exec of the agent binary, see
-// MaybeRunMonitor) that places it in its cgroups, writes its CRI-format log
-// and records its exit status, so containers outlive agent restarts.
+// a small monitor process (the cmd/minilet-monitor binary, or a re-exec of
+// the agent binary when that is not installed, see Config.MonitorPath and
+// MaybeRunMonitor; the process side lives in package monitorproc) that
+// places it in its cgroups, writes its CRI-format log and records its exit
+// status, so containers outlive agent restarts.
 //
 // Pods share the host network; the image "host" (or "") is the host's root
 // filesystem. Other images come from registries (PullImage) or archives
