@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -91,6 +93,7 @@ func (a *Agent) SyncTerminatedPod(ctx context.Context, pod *v1.Pod) error {
 	if err := a.cgroups.RemovePod(ctx, pod.UID); err != nil {
 		return fmt.Errorf("removing the cgroup of pod %s: %w", podDesc(pod), err)
 	}
+	a.removeUnifiedLeftover(pod)
 	return nil
 }
 
@@ -112,4 +115,25 @@ func stoppedPhase(st v1.PodStatus) v1.PodPhase {
 		}
 	}
 	return v1.PodSucceeded
+}
+
+// removeUnifiedLeftover removes the empty directory runc leaves for a pod
+// in the cgroup2 mount that sits beside the v1 hierarchies on hybrid hosts
+// (the cgroup manager does not manage that mount). Nothing to do elsewhere.
+func (a *Agent) removeUnifiedLeftover(pod *v1.Pod) {
+	parent := a.cm.CgroupParent(pod)
+	if parent == "" {
+		return
+	}
+	dir := filepath.Join("/sys/fs/cgroup/unified", parent)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			_ = os.Remove(filepath.Join(dir, e.Name())) // container dirs: empty once stopped
+		}
+	}
+	_ = os.Remove(dir)
 }

@@ -23,9 +23,14 @@ const (
 )
 
 func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) *runtimeapi.PodSandboxConfig {
+	// As the kubelet: a host-network pod keeps the node's hostname, so the
+	// sandbox gets none (runtimes refuse one without a private UTS namespace).
 	hostname := pod.Spec.Hostname
 	if hostname == "" {
 		hostname = pod.Name
+	}
+	if pod.Spec.HostNetwork {
+		hostname = ""
 	}
 	ns := &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_POD, Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_POD}
 	if pod.Spec.HostNetwork {
