@@ -150,8 +150,11 @@ func (c *Cluster) FinalizeDeletion(ctx context.Context, pod *v1.Pod) error {
 	c.pods.mu.Lock()
 	done := c.pods.finalized[pod.UID]
 	c.pods.mu.Unlock()
-	if done {
-		return nil // deleted already; the watch has not caught up
+	if cur, ok := c.pods.cached(pod.Namespace, pod.Name); done || !ok || cur.UID != pod.UID {
+		// Deleted already: by us (the watch has not caught up), or the
+		// watch saw it go and the caller acted on an older snapshot.
+		c.status.forget(pod.UID)
+		return nil
 	}
 	c.status.flushPod(ctx, pod.UID)
 	err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
