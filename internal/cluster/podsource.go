@@ -224,6 +224,7 @@ func (c *Cluster) SyncMirrorPod(ctx context.Context, static *v1.Pod) error {
 
 // DeleteMirrorPod removes the mirror of a static pod that went away.
 func (c *Cluster) DeleteMirrorPod(ctx context.Context, namespace, name string) error {
+	c.status.forgetStatic(namespace, name)
 	cur, ok := c.pods.cached(namespace, name)
 	if !ok || !IsMirrorPod(cur) {
 		return nil

@@ -112,6 +112,19 @@ func (s *statusManager) forget(uid types.UID) {
 	s.mu.Unlock()
 }
 
+// forgetStatic drops pending statuses of the static pod namespace/name,
+// which went away (its mirror would never come).
+func (s *statusManager) forgetStatic(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid, p := range s.pending {
+		if isStatic(p.pod) && p.pod.Namespace == namespace && p.pod.Name == name {
+			delete(s.pending, uid)
+			delete(s.written, uid)
+		}
+	}
+}
+
 // syncPod writes one pod's pending status.
 func (s *statusManager) syncPod(ctx context.Context, uid types.UID) {
 	s.mu.Lock()
@@ -126,6 +139,9 @@ func (s *statusManager) syncPod(ctx context.Context, uid types.UID) {
 	if cur, still := s.pending[uid]; still && cur.pod == p.pod && statusSame(cur.status, p.status) {
 		if err == nil || err == errPodGone {
 			delete(s.pending, uid)
+		}
+		if err == errPodGone {
+			delete(s.written, uid)
 		}
 	}
 	if err != nil && err != errPodGone && err != errNoMirror {
