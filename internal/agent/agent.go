@@ -99,6 +99,7 @@ type Agent struct {
 	sources      []string
 	sourcesSeen  map[string]bool       // owned by the sync loop
 	bg           sync.WaitGroup        // goroutines that stop subsystems at shutdown
+	terminated   chan types.UID        // pods whose worker finished; read by the sync loop
 	readd        map[types.UID]*v1.Pod // leaving pods to run again once gone; owned by the sync loop
 	sourcesReady atomic.Bool           // every source has been read once
 
@@ -137,6 +138,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		startLatency: newStartLatency(),
 		sourcesSeen:  map[string]bool{},
 		readd:        map[types.UID]*v1.Pod{},
+		terminated:   make(chan types.UID, 256),
 		startedAt:    clk.Now(),
 		nodeConds:    nodeConditions{since: map[v1.NodeConditionType]time.Time{}, last: map[v1.NodeConditionType]v1.ConditionStatus{}},
 	}
@@ -202,6 +204,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	a.workers = podworkers.New(ctx, podworkers.Config{
 		Syncer: a, Clock: clk, Logger: log,
 		ResyncInterval: cfg.SyncFrequency,
+		OnTerminated: func(uid types.UID) {
+			select {
+			case a.terminated <- uid:
+			default: // housekeeping catches it within 2 s
+			}
+		},
 	})
 	defer a.workers.Wait()
 	a.pleg = pleg.New(pleg.Config{Lister: rm, Clock: clk, Logger: log, Changes: runtimeChanges(cri)})

@@ -36,6 +36,8 @@ func (a *Agent) syncLoop(ctx context.Context, updates <-chan sourceSnapshot, lif
 			a.resyncPod(e.PodUID)
 		case uid := <-probes:
 			a.resyncPod(uid)
+		case uid := <-a.terminated:
+			a.forgetLeaving(ctx, uid)
 		case <-housekeeping.C():
 			a.housekeeping(ctx)
 		}
@@ -178,19 +180,8 @@ func rejectedStatus(pod *v1.Pod, reason, message string, now time.Time) v1.PodSt
 // cleanups.
 func (a *Agent) housekeeping(ctx context.Context) {
 	for uid, phase := range a.workers.Known() {
-		if phase != podworkers.Terminated || !a.pods.isLeaving(uid) {
-			continue
-		}
-		if a.workers.Forget(uid) {
-			if p, ok := a.pods.pod(uid); ok {
-				a.podGoneForGood(ctx, p)
-			}
-			a.pods.forget(uid)
-			a.podTerminated(uid)
-			if p, ok := a.readd[uid]; ok {
-				delete(a.readd, uid)
-				a.addPod(ctx, p)
-			}
+		if phase == podworkers.Terminated {
+			a.forgetLeaving(ctx, uid)
 		}
 	}
 	if !a.allSourcesSeen() {
@@ -200,6 +191,23 @@ func (a *Agent) housekeeping(ctx context.Context) {
 	a.killOrphans(ctx)
 	a.devmgr.UpdateAllocatedDevices(a.pods.active())
 	a.periodic(ctx)
+}
+
+// forgetLeaving drops a pod that finished terminating after its source
+// let go of it, and runs it again if its source brought it back meanwhile.
+func (a *Agent) forgetLeaving(ctx context.Context, uid types.UID) {
+	if !a.pods.isLeaving(uid) || !a.workers.Forget(uid) {
+		return
+	}
+	if p, ok := a.pods.pod(uid); ok {
+		a.podGoneForGood(ctx, p)
+	}
+	a.pods.forget(uid)
+	a.podTerminated(uid)
+	if p, ok := a.readd[uid]; ok {
+		delete(a.readd, uid)
+		a.addPod(ctx, p)
+	}
 }
 
 func (a *Agent) allSourcesSeen() bool {

@@ -71,6 +71,10 @@ type Config struct {
 	ResyncInterval time.Duration
 	// RetryInterval is the delay after a failed step (default 1s).
 	RetryInterval time.Duration
+	// OnTerminated, when set, is called (on the worker's goroutine, with
+	// no lock held) once a pod has fully terminated, so its owner can
+	// forget it at once instead of at its next housekeeping.
+	OnTerminated func(uid types.UID)
 }
 
 // Workers holds the pod workers.
@@ -293,7 +297,13 @@ func (w *Workers) step(wk *worker) {
 	next, retry := w.runPhase(ctx, pod, phase, grace)
 
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	terminated := false
+	defer func() {
+		w.mu.Unlock()
+		if terminated && w.cfg.OnTerminated != nil {
+			w.cfg.OnTerminated(wk.uid)
+		}
+	}()
 	wk.cancel = nil
 	cancelled := ctx.Err() != nil
 	cancel()
@@ -313,6 +323,7 @@ func (w *Workers) step(wk *worker) {
 	if phase == Terminated && retry == 0 {
 		wk.cleaned = true
 		close(wk.done)
+		terminated = true
 		return
 	}
 	if retry > 0 && !wk.pending {

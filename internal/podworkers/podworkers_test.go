@@ -339,3 +339,23 @@ func TestFailedSyncHonoursRequeue(t *testing.T) {
 		}
 	}
 }
+
+func TestOnTerminatedIsCalledOnceWorkerCanBeForgotten(t *testing.T) {
+	r := newRecorder()
+	r.terminal["a"] = true
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan bool, 1)
+	var w *Workers
+	w = New(ctx, Config{Syncer: r, Clock: clocktesting.NewFakeClock(time.Unix(1000, 0)), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnTerminated: func(uid types.UID) { got <- w.Forget(uid) }})
+	t.Cleanup(func() { cancel(); w.Wait() })
+	w.UpdatePod(pod("a", "job"))
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("Forget refused a pod reported as terminated")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("OnTerminated never called; calls %v", r.snapshot())
+	}
+}
