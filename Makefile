@@ -27,7 +27,8 @@ lint:
 # it is stopped afterwards, also when tests fail, keeping their status.
 CONTAINERD_STATE ?= /tmp/minilet-containerd
 # Cluster-mode tests build kube-apiserver and etcd (hack/cluster, cached in
-# ~/.cache/minilet-cluster; about 5 min cold on 2 cores). 0 skips them.
+# ~/.cache/minilet-cluster; a cold build measured 7-27 min on 2 cores
+# depending on load, seconds once cached). 0 skips them.
 MINILET_CLUSTER ?= 1
 
 unit:
@@ -36,7 +37,7 @@ unit:
 	trap './scripts/containerd-down.sh $(CONTAINERD_STATE)' EXIT; \
 	trap 'exit 130' INT TERM; \
 	echo "make unit: containerd at $$ep"; \
-	MINILET_CLUSTER=$(MINILET_CLUSTER) MINILET_CONTAINERD_ENDPOINT=$$ep $(GO) test -race -count=1 -timeout 20m ./...
+	MINILET_CLUSTER=$(MINILET_CLUSTER) MINILET_CONTAINERD_ENDPOINT=$$ep $(GO) test -race -count=1 -timeout 40m ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./bench/

@@ -19,6 +19,28 @@ type clusterLink interface {
 	FinalizeDeletion(ctx context.Context, pod *v1.Pod) error
 	SyncMirrorPod(ctx context.Context, static *v1.Pod) error
 	DeleteMirrorPod(ctx context.Context, namespace, name string) error
+	CleanupMirrorPods(ctx context.Context, static []*v1.Pod) error
+}
+
+// cleanupMirrorPods deletes mirror pods whose static pod is gone (removed
+// while the agent was down), in the background.
+func (a *Agent) cleanupMirrorPods(ctx context.Context) {
+	if a.cluster == nil {
+		return
+	}
+	var static []*v1.Pod
+	for _, p := range a.pods.list() {
+		if podspec.IsStatic(&p) {
+			static = append(static, p.DeepCopy())
+		}
+	}
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		if err := a.cluster.CleanupMirrorPods(ctx, static); err != nil {
+			a.log.Warn("cleaning up mirror pods failed", "err", err)
+		}
+	}()
 }
 
 // startCluster joins the API server named by --kubeconfig: it registers
@@ -38,6 +60,7 @@ func (a *Agent) startCluster(ctx context.Context, wg *sync.WaitGroup, out chan<-
 		NodeStatusReportFrequency: a.cfg.NodeStatusReportFrequency,
 		EventQPS:                  float32(a.cfg.EventRecordQPS),
 		EventBurst:                a.cfg.EventBurst,
+		Clock:                     a.clock,
 		Logger:                    a.log,
 	})
 	if err != nil {

@@ -115,6 +115,7 @@ func (a *Agent) periodic(ctx context.Context) {
 		if err := a.cgroups.CleanupOrphans(ctx, keep); err != nil {
 			a.log.Warn("cleaning up orphaned pod cgroups failed", "err", err)
 		}
+		a.cleanupMirrorPods(ctx)
 	}
 	a.updateGauges()
 }

@@ -199,8 +199,10 @@ func (a *Agent) forgetLeaving(ctx context.Context, uid types.UID) {
 	if !a.pods.isLeaving(uid) || !a.workers.Forget(uid) {
 		return
 	}
-	if p, ok := a.pods.pod(uid); ok {
-		a.podGoneForGood(ctx, p)
+	if p, ok := a.pods.pod(uid); ok && a.cluster != nil {
+		// API requests may wait for an unreachable server: not on the loop.
+		a.bg.Add(1)
+		go func() { defer a.bg.Done(); a.podGoneForGood(ctx, p) }()
 	}
 	a.pods.forget(uid)
 	a.podTerminated(uid)
