@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -319,5 +318,3 @@ func portOf(addr net.Addr) int {
 	n, _ := strconv.Atoi(p)
 	return n
 }
-
-var _ = prometheus.NewRegistry

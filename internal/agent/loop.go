@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -94,7 +95,7 @@ func (a *Agent) applySnapshot(ctx context.Context, u sourceSnapshot) {
 				a.readd[p.UID] = p
 			case !a.pods.isRejected(p.UID):
 				a.pods.setDesired(p)
-				if cur.Generation != p.Generation || cur.ResourceVersion != p.ResourceVersion || !equalAnnotations(cur, p) {
+				if cur.Generation != p.Generation || cur.ResourceVersion != p.ResourceVersion || !maps.Equal(cur.Annotations, p.Annotations) {
 					a.workers.UpdatePod(p)
 				}
 			}
@@ -107,18 +108,6 @@ func (a *Agent) applySnapshot(ctx context.Context, u sourceSnapshot) {
 		a.addPod(ctx, p)
 	}
 	a.sourcesSeen[u.source] = true
-}
-
-func equalAnnotations(a, b *v1.Pod) bool {
-	if len(a.Annotations) != len(b.Annotations) {
-		return false
-	}
-	for k, v := range a.Annotations {
-		if b.Annotations[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // addPod admits a new pod and starts its worker, or records why it was

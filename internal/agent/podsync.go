@@ -32,7 +32,7 @@ func (a *Agent) SyncPod(ctx context.Context, pod *v1.Pod) (bool, time.Duration, 
 		return true, 0, nil
 	}
 	if err := a.cgroups.EnsurePod(pod); err != nil {
-		a.recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodContainer", "unable to ensure pod container exists: %v", err)
+		// The cgroup manager records the FailedCreatePodContainer event.
 		a.pods.setStatus(pod.UID, st)
 		return false, 0, fmt.Errorf("ensuring the cgroup of pod %s: %w", podDesc(pod), err)
 	}
