@@ -12,7 +12,7 @@ import (
 )
 
 // Version is the kubelet version minilet reports (the API it follows).
-var Version = "v1.34.0-minilet"
+var Version = "v1.37.1-minilet"
 
 // nodeConditions remembers when each condition last changed.
 type nodeConditions struct {
