@@ -74,7 +74,7 @@ func BenchmarkClusterPodStartup(b *testing.B) {
 			Spec: v1.PodSpec{
 				NodeName: a.NodeName, AutomountServiceAccountToken: ptr.To(false),
 				TerminationGracePeriodSeconds: ptr.To[int64](5),
-				Containers: []v1.Container{{Name: "c", Image: "host", Command: []string{"sleep", "1000"}}},
+				Containers:                    []v1.Container{{Name: "c", Image: "host", Command: []string{"sleep", "1000"}}},
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {

@@ -73,9 +73,9 @@ func (c CorrelatorConfig) withDefaults() (CorrelatorConfig, error) {
 // type and reason. It keys both aggregation and the spam filter. Keys are
 // plain structs so that lookups build no strings.
 type groupKey struct {
-	component, host                          string
+	component, host                        string
 	kind, namespace, name, uid, apiVersion string
-	eventType, reason                        string
+	eventType, reason                      string
 }
 
 // dedupKey identifies identical events; combined marks the single

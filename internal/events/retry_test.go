@@ -40,8 +40,12 @@ func (s *flakySink) call(ev *v1.Event, update bool) (*v1.Event, error) {
 	return ev, nil
 }
 
-func (s *flakySink) Create(_ context.Context, ev *v1.Event) (*v1.Event, error) { return s.call(ev, false) }
-func (s *flakySink) Update(_ context.Context, ev *v1.Event) (*v1.Event, error) { return s.call(ev, true) }
+func (s *flakySink) Create(_ context.Context, ev *v1.Event) (*v1.Event, error) {
+	return s.call(ev, false)
+}
+func (s *flakySink) Update(_ context.Context, ev *v1.Event) (*v1.Event, error) {
+	return s.call(ev, true)
+}
 
 func (s *flakySink) attempts() int {
 	s.mu.Lock()
