@@ -30,6 +30,7 @@ import (
 	"github.com/minilet/minilet/internal/images"
 	"github.com/minilet/minilet/internal/kuberuntime"
 	"github.com/minilet/minilet/internal/metrics"
+	"github.com/minilet/minilet/internal/nodeaddr"
 	"github.com/minilet/minilet/internal/pleg"
 	"github.com/minilet/minilet/internal/podworkers"
 	"github.com/minilet/minilet/internal/prober"
@@ -102,7 +103,7 @@ type Agent struct {
 	readd        map[types.UID]*v1.Pod // leaving pods to run again once gone; owned by the sync loop
 	sourcesReady atomic.Bool           // every source has been read once
 
-	nodeIP         string
+	addrs          nodeaddr.Addresses
 	port           int
 	startedAt      time.Time
 	runtimeVersion string
@@ -144,7 +145,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// Runs last: whatever returns early, background stops finish first.
 	defer func() { cancel(); a.bg.Wait() }()
 	a.pods.saved = newStatusFiles(filepath.Join(cfg.RootDir, "pods"), log)
-	a.nodeIP = hostIP(ipString(cfg.NodeIP))
+	a.addrs = nodeaddr.Detect(cfg.NodeIP, cfg.NodeName)
 	var err error
 	if a.metrics, err = newAgentMetrics(reg, cfg.NodeName); err != nil {
 		return err
@@ -158,7 +159,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer stopEvents()
 
 	// The container runtime and the runtime manager over it.
-	cri, closeRuntime, err := newRuntime(ctx, cfg, log)
+	cri, closeRuntime, err := newRuntime(ctx, cfg, a.addrs.IP, log)
 	if err != nil {
 		return err
 	}
@@ -189,7 +190,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:                log,
 		LogRoot:               filepath.Join(cfg.RootDir, "logs"),
 		PodsDir:               filepath.Join(cfg.RootDir, "pods"),
-		HostIP:                a.nodeIP,
+		HostIP:                a.addrs.IP,
 		NodeAllocatable:       a.cm.Allocatable(),
 		PodCgroups:            a.cm,
 		ContainerOptions:      a.devmgr,
@@ -197,7 +198,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		MaxParallelImagePulls: kuberuntime.PullParallelism(cfg.SerializeImagePulls, cfg.MaxParallelImagePulls),
 	})
 	a.runtime = rm
-	a.statusGen = status.Generator{RuntimeName: runtimeName(cfg), HostIP: a.nodeIP, Probes: a.probeMgr}
+	a.statusGen = status.Generator{RuntimeName: runtimeName(cfg), HostIP: a.addrs.IP, Probes: a.probeMgr}
 
 	// Workers, PLEG, the HTTP API, then the pod sources feed the loop.
 	a.workers = podworkers.New(ctx, podworkers.Config{

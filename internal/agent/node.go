@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"net"
 	"os"
 	"runtime"
 	"strings"
@@ -66,7 +65,6 @@ func (a *Agent) buildNode() *v1.Node {
 	a.nodeMu.Unlock()
 
 	kernel, osImage := kernelVersion(), osImage()
-	hostname, _ := os.Hostname()
 	return &v1.Node{
 		TypeMeta: metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -86,8 +84,8 @@ func (a *Agent) buildNode() *v1.Node {
 			Phase:       v1.NodeRunning,
 			Conditions:  conditions,
 			Addresses: []v1.NodeAddress{
-				{Type: v1.NodeInternalIP, Address: a.nodeIP},
-				{Type: v1.NodeHostName, Address: hostname},
+				{Type: v1.NodeInternalIP, Address: a.addrs.IP},
+				{Type: v1.NodeHostName, Address: a.addrs.Hostname},
 			},
 			DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: int32(a.port)}},
 			NodeInfo: v1.NodeSystemInfo{
@@ -137,21 +135,4 @@ func osImage() string {
 		}
 	}
 	return runtime.GOOS
-}
-
-// hostIP picks the node's address: the flag if given, else the first
-// non-loopback IPv4 address, else loopback.
-func hostIP(flag string) string {
-	if flag != "" {
-		return flag
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err == nil {
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
-				return ipn.IP.String()
-			}
-		}
-	}
-	return "127.0.0.1"
 }

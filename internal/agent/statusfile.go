@@ -3,7 +3,6 @@ package agent
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -12,6 +11,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/minilet/minilet/internal/atomicfile"
 )
 
 // statusFiles keeps each pod's last status on disk
@@ -85,7 +86,12 @@ func (s *statusFiles) save(uid types.UID, st v1.PodStatus) {
 	if same {
 		return
 	}
-	if err := writeFileAtomic(filepath.Join(s.dir, string(uid), "status.json"), b); err != nil {
+	path := filepath.Join(s.dir, string(uid), "status.json")
+	err = os.MkdirAll(filepath.Dir(path), 0o750)
+	if err == nil {
+		err = atomicfile.WriteFile(path, b, 0o640, atomicfile.Durable)
+	}
+	if err != nil {
 		s.log.Warn("saving pod status failed", "uid", uid, "err", err)
 	}
 }
@@ -100,18 +106,4 @@ func (s *statusFiles) remove(uid types.UID) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("removing saved pod status failed", "uid", uid, "err", err)
 	}
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o640); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("renaming %s: %w", tmp, err)
-	}
-	return nil
 }

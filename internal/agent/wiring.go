@@ -61,11 +61,11 @@ func (a *Agent) startEvents(ctx context.Context, reg prometheus.Registerer) (fun
 
 // newRuntime returns the embedded runtime, or (later) a CRI client when
 // --container-runtime-endpoint is set.
-func newRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) (criRuntime, func(), error) {
+func newRuntime(ctx context.Context, cfg *config.Config, nodeIP string, log *slog.Logger) (criRuntime, func(), error) {
 	if cfg.ContainerRuntimeEndpoint != "" {
 		return newRemoteRuntime(ctx, cfg, log)
 	}
-	rt, err := embedded.New(embedded.Config{RootDir: cfg.RootDir, Logger: log, PinnedImages: cfg.PinnedImages})
+	rt, err := embedded.New(embedded.Config{RootDir: cfg.RootDir, Logger: log, PinnedImages: cfg.PinnedImages, NodeIP: nodeIP})
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting the embedded runtime: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/minilet/minilet/internal/atomicfile"
 )
 
 // stateFile keeps what detection learned across agent restarts: when
@@ -54,24 +56,8 @@ func saveState(dir string, imgs map[string]persistedImage) error {
 	if err != nil {
 		return fmt.Errorf("encode image GC state: %w", err)
 	}
-	f, err := os.CreateTemp(dir, stateFile+".tmp*")
-	if err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, stateFile), b, 0o600, atomicfile.Durable); err != nil {
 		return fmt.Errorf("write image GC state: %w", err)
-	}
-	tmp := f.Name()
-	_, werr := f.Write(b)
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, filepath.Join(dir, stateFile))
-	}
-	if werr != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write image GC state: %w", werr)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/minilet/minilet/internal/atomicfile"
 	"github.com/minilet/minilet/internal/errdefs"
 )
 
@@ -27,23 +28,8 @@ func WriteAddrFile(rootDir, addr string) error {
 	}
 	addr = dialable(addr)
 	path := filepath.Join(rootDir, AddrFileName)
-	tmp, err := os.CreateTemp(rootDir, AddrFileName+".tmp*")
-	if err != nil {
+	if err := atomicfile.WriteFile(path, []byte(addr+"\n"), 0o644, atomicfile.Volatile); err != nil {
 		return fmt.Errorf("write address file: %w", err)
-	}
-	_, werr := tmp.WriteString(addr + "\n")
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("write address file %s: %w", path, err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("write address file %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("write address file %s: %w", path, err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/minilet/minilet/internal/atomicfile"
 )
 
 // imageStore keeps images under <RootDir>/runtime/images:
@@ -144,22 +145,7 @@ func (s *imageStore) writeBlob(h v1.Hash, data []byte) error {
 	if _, err := os.Stat(p); err == nil {
 		return nil
 	}
-	tmp, err := os.CreateTemp(s.tmpDir(), "blob-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), p)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
+	if err := atomicfile.WriteFile(p, data, 0o600, atomicfile.Durable); err != nil {
 		return fmt.Errorf("store blob %s: %w", h, err)
 	}
 	return nil

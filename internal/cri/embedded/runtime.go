@@ -21,12 +21,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/minilet/minilet/internal/nodeaddr"
 	"k8s.io/utils/clock"
 )
 
@@ -57,6 +57,9 @@ type Config struct {
 	// the agent's executable if that exists and is executable, else a
 	// re-exec of the agent itself, whose main must call MaybeRunMonitor.
 	MonitorPath string
+	// NodeIP is the node's IP, given to host-network sandboxes. Default:
+	// what nodeaddr detects.
+	NodeIP string
 }
 
 // defaultCgroupParent is used for containers whose sandbox has no cgroup
@@ -179,6 +182,9 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.CgroupMount == "" {
 		cfg.CgroupMount = "/sys/fs/cgroup"
 	}
+	if cfg.NodeIP == "" {
+		cfg.NodeIP = nodeaddr.Detect(nil, "").IP
+	}
 	if cfg.ImageDir == "" {
 		cfg.ImageDir = filepath.Join(cfg.RootDir, "runtime", "images")
 	}
@@ -199,7 +205,7 @@ func New(cfg Config) (*Runtime, error) {
 		clock:      cfg.Clock,
 		stateDir:   filepath.Join(cfg.RootDir, "runtime"),
 		cg:         cg,
-		nodeIP:     nodeIP(),
+		nodeIP:     cfg.NodeIP,
 		sandboxes:  map[string]*sandboxRecord{},
 		containers: map[string]*container{},
 		preparing:  map[string][]string{},
@@ -418,27 +424,4 @@ func monitorAlive(s *startRecord) bool {
 	}
 	ticks, alive := procStartTicks(s.MonitorPid)
 	return alive && (s.MonitorTicks == 0 || ticks == s.MonitorTicks)
-}
-
-// nodeIP returns the first non-loopback IPv4 address of the host, or
-// 127.0.0.1.
-func nodeIP() string {
-	ifaces, err := net.Interfaces()
-	if err == nil {
-		for _, iface := range ifaces {
-			if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 {
-				continue
-			}
-			addrs, err := iface.Addrs()
-			if err != nil {
-				continue
-			}
-			for _, a := range addrs {
-				if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
-					return ipn.IP.String()
-				}
-			}
-		}
-	}
-	return "127.0.0.1"
 }

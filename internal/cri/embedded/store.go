@@ -6,49 +6,21 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/minilet/minilet/internal/atomicfile"
 )
 
-// writeJSONAtomic stores v at path so that readers see either the old or the
-// new content, never a torn write: temp file in the same directory, fsync,
-// rename.
-func writeJSONAtomic(path string, v any) error { return writeJSON(path, v, true) }
+// writeJSONAtomic stores v at path durably and never torn.
+func writeJSONAtomic(path string, v any) error {
+	return atomicfile.WriteJSON(path, v, 0o600, atomicfile.Durable)
+}
 
 // writeJSONVolatile is writeJSONAtomic without fsync, for records that only
 // matter while the machine stays up (a monitor's start and exit records: after
-// a reboot their processes are gone anyway). Still never torn.
-func writeJSONVolatile(path string, v any) error { return writeJSON(path, v, false) }
-
-func writeJSON(path string, v any, durable bool) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmpName := tmp.Name()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		_ = os.Remove(tmpName)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := syncIf(durable, tmp); err != nil {
-		_ = tmp.Close()
-		_ = os.Remove(tmpName)
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		_ = os.Remove(tmpName)
-		return err
-	}
-	if err := os.Rename(tmpName, path); err != nil {
-		_ = os.Remove(tmpName)
-		return fmt.Errorf("rename %s: %w", path, err)
-	}
-	return nil
+// a reboot their processes are gone anyway).
+func writeJSONVolatile(path string, v any) error {
+	return atomicfile.WriteJSON(path, v, 0o600, atomicfile.Volatile)
 }
 
 // errCorrupt marks a state file that exists but cannot be decoded.
@@ -76,11 +48,4 @@ func quarantine(log *slog.Logger, path string, cause error) {
 		return
 	}
 	log.Warn("moved corrupt state file aside", "path", path, "movedTo", dst, "cause", cause)
-}
-
-func syncIf(durable bool, f *os.File) error {
-	if !durable {
-		return nil
-	}
-	return f.Sync()
 }

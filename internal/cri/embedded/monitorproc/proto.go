@@ -22,6 +22,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/minilet/minilet/internal/atomicfile"
 )
 
 // Environment markers that turn an execution of the agent or monitor binary
@@ -230,33 +232,11 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
-// writeRecord stores v at path without tearing (temp file and rename) but
-// without fsync: start and exit records only matter while the machine stays
-// up, since after a reboot their processes are gone anyway.
+// writeRecord stores v at path without tearing but without fsync: start
+// and exit records only matter while the machine stays up, since after a
+// reboot their processes are gone anyway.
 func writeRecord(path string, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmpName := tmp.Name()
-	if _, err := tmp.Write(data); err != nil {
-		_ = tmp.Close()
-		_ = os.Remove(tmpName)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		_ = os.Remove(tmpName)
-		return err
-	}
-	if err := os.Rename(tmpName, path); err != nil {
-		_ = os.Remove(tmpName)
-		return fmt.Errorf("rename %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteJSON(path, v, 0o600, atomicfile.Volatile)
 }
 
 func fileExists(p string) bool {
