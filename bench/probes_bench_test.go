@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/prober"
 	"github.com/minilet/minilet/internal/prober/probe"
 	probeexec "github.com/minilet/minilet/internal/prober/probe/exec"
@@ -51,7 +52,7 @@ const probeBenchServerEnv = "MINILET_PROBE_BENCH_SERVER"
 // what the embedded runtime's ExecSync does.
 type probeBenchHostExecer struct{}
 
-func (probeBenchHostExecer) ExecSync(ctx context.Context, _ string, cmd []string, timeout time.Duration) ([]byte, []byte, int32, error) {
+func (probeBenchHostExecer) ExecSync(ctx context.Context, _ container.ID, cmd []string, timeout time.Duration) ([]byte, []byte, int32, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c := osexec.CommandContext(ctx, cmd[0], cmd[1:]...)
@@ -143,7 +144,7 @@ func BenchmarkProbeLatency(b *testing.B) {
 			return probegrpc.Probe(ctx, "127.0.0.1", gl.Addr().(*net.TCPAddr).Port, "", 5*time.Second)
 		}},
 		{"exec", func() (probe.Result, string, error) {
-			return probeexec.Probe(ctx, probeBenchHostExecer{}, "c", []string{"true"}, 5*time.Second)
+			return probeexec.Probe(ctx, probeBenchHostExecer{}, container.ID{Type: "bench", ID: "c"}, []string{"true"}, 5*time.Second)
 		}},
 	}
 	for _, k := range kinds {
@@ -198,7 +199,7 @@ func BenchmarkProbeServerProcess(b *testing.B) {
 // for the container so that only the prober's own work is measured.
 type probeBenchNoopExecer struct{}
 
-func (probeBenchNoopExecer) ExecSync(context.Context, string, []string, time.Duration) ([]byte, []byte, int32, error) {
+func (probeBenchNoopExecer) ExecSync(context.Context, container.ID, []string, time.Duration) ([]byte, []byte, int32, error) {
 	return nil, nil, 0, nil
 }
 

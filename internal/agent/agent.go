@@ -1,246 +1,261 @@
-// Package agent is minilet's composition root: it builds every subsystem
-// from the configuration, wires them together, and runs the sync loop.
-// Read Run top-down to see the whole agent.
+// Package agent is minilet's composition root. Run builds every subsystem
+// through its constructor, in dependency order, hands each one the
+// subsystems it needs as the small interfaces its package declares, starts
+// them and waits. It keeps no state of its own: read Run top-down to see
+// the whole agent.
 package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/cm"
 	"github.com/minilet/minilet/internal/config"
-	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/devicemanager"
-	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/eviction"
 	"github.com/minilet/minilet/internal/images"
 	"github.com/minilet/minilet/internal/kuberuntime"
+	"github.com/minilet/minilet/internal/lifecycle"
 	"github.com/minilet/minilet/internal/metrics"
 	"github.com/minilet/minilet/internal/nodeaddr"
+	"github.com/minilet/minilet/internal/nodestatus"
 	"github.com/minilet/minilet/internal/pleg"
 	"github.com/minilet/minilet/internal/podworkers"
 	"github.com/minilet/minilet/internal/prober"
-	"github.com/minilet/minilet/internal/status"
 	"github.com/minilet/minilet/internal/store"
 )
 
-// The agent's consumer-side views of its subsystems.
-type (
-	podRuntime interface {
-		GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error)
-		GetPods(ctx context.Context) ([]*container.Pod, error)
-		SyncPod(ctx context.Context, pod *v1.Pod, ps *container.PodStatus) kuberuntime.Result
-		KillPod(ctx context.Context, pod *v1.Pod, ps *container.PodStatus, gracePeriodOverride *int64) error
-		GarbageCollect(ctx context.Context, keepPerContainer int, isPodGone func(types.UID) bool) error
-	}
-	podCgroups interface {
-		Admit(pod *v1.Pod, activePods []*v1.Pod) (ok bool, reason, message string)
-		EnsurePod(pod *v1.Pod) error
-		RemovePod(ctx context.Context, uid types.UID) error
-		CleanupOrphans(ctx context.Context, keep map[types.UID]bool) error
-		Capacity() v1.ResourceList
-		Allocatable() v1.ResourceList
-	}
-	podDevices interface {
-		Allocate(ctx context.Context, pod *v1.Pod) error
-		RemovePod(uid types.UID)
-	}
-	podProber interface {
-		AddPod(pod *v1.Pod) error
-		StopLivenessAndStartup(pod *v1.Pod)
-		RemovePod(pod *v1.Pod)
-		CleanupPods(desired map[types.UID]struct{})
-		UpdatePodStatus(pod *v1.Pod, s *v1.PodStatus)
-	}
-)
-
-// Agent is a running minilet.
-type Agent struct {
-	cfg      *config.Config
-	log      *slog.Logger
-	clock    clock.WithTicker
-	recorder events.Recorder
-
-	runtime     podRuntime
-	cri         criRuntime
-	cgroups     podCgroups
-	cm          *cm.Manager
-	devices     podDevices
-	devmgr      *devicemanager.Manager
-	prober      podProber
-	probeMgr    *prober.Manager
-	workers     *podworkers.Workers
-	pleg        *pleg.PLEG
-	statusGen   status.Generator
-	events      *store.Events
-	broadcaster *events.Broadcaster
-	cluster     clusterLink // nil in standalone mode
-	imageGC     *images.GC
-	eviction    *eviction.Manager
-	metrics     *agentMetrics
-
-	pods         *podState
-	imageHolds   sync.Map // pod UID -> []func() releasing image GC holds
-	startLatency *startLatency
-	sources      []string
-	sourcesSeen  map[string]bool       // owned by the sync loop
-	bg           sync.WaitGroup        // goroutines that stop subsystems at shutdown
-	terminated   chan types.UID        // pods whose worker finished; read by the sync loop
-	readd        map[types.UID]*v1.Pod // leaving pods to run again once gone; owned by the sync loop
-	sourcesReady atomic.Bool           // every source has been read once
-
-	addrs          nodeaddr.Addresses
-	port           int
-	startedAt      time.Time
-	runtimeVersion string
-	nodeMu         sync.Mutex
-	nodeConds      nodeConditions
-	lastGC         time.Time // owned by the sync loop
-}
-
-// criRuntime is the CRI runtime under the runtime manager.
-type criRuntime interface {
-	kuberuntime.Runtime
-	kuberuntime.Images
-	images.ImageService
-	images.FsInfoer
-	Version(ctx context.Context, apiVersion string) (*runtimeapi.VersionResponse, error)
-	Status(ctx context.Context, verbose bool) (*runtimeapi.StatusResponse, error)
-}
-
-// Run starts the agent and blocks until ctx ends. Pods keep running after
-// it returns: stopping the agent is not stopping the pods.
+// Run starts the agent and blocks until ctx ends or a server fails. Pods
+// keep running after it returns: stopping the agent is not stopping the
+// pods, and the next Run adopts them.
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := os.MkdirAll(cfg.RootDir, 0o750); err != nil {
 		return fmt.Errorf("--root-dir %s: %w", cfg.RootDir, err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	bg := newBackground(ctx)
+	// Runs last: whatever returns early, the goroutines end first.
+	defer bg.stop(cancel)
 	clk := clock.RealClock{}
 	reg := metrics.NewRegistry()
-	a := &Agent{
-		cfg: cfg, log: log, clock: clk,
-		pods:         newPodState(),
-		startLatency: newStartLatency(),
-		sourcesSeen:  map[string]bool{},
-		readd:        map[types.UID]*v1.Pod{},
-		terminated:   make(chan types.UID, 256),
-		startedAt:    clk.Now(),
-		nodeConds:    nodeConditions{since: map[v1.NodeConditionType]time.Time{}, last: map[v1.NodeConditionType]v1.ConditionStatus{}},
+	kubeletMetrics, err := metrics.NewKubelet(reg, cfg.NodeName)
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
 	}
-	// Runs last: whatever returns early, background stops finish first.
-	defer func() { cancel(); a.bg.Wait() }()
-	a.pods.saved = newStatusFiles(filepath.Join(cfg.RootDir, "pods"), log)
-	a.addrs = nodeaddr.Detect(cfg.NodeIP, cfg.NodeName)
-	var err error
-	if a.metrics, err = newAgentMetrics(reg, cfg.NodeName); err != nil {
-		return err
-	}
+	addrs := nodeaddr.Detect(cfg.NodeIP, cfg.NodeName)
+	nodeRef := nodeObject(cfg.NodeName)
 
-	// Events: recorder → broadcaster → correlator → log and local store.
-	stopEvents, err := a.startEvents(ctx, reg)
+	// Events: recorder → broadcaster → correlator → log and local store
+	// (and, in cluster mode, the API server).
+	ev, err := newEvents(ctx, cfg, reg, clk, log)
 	if err != nil {
 		return err
 	}
-	defer stopEvents()
+	defer ev.close(log)
+	recorder := ev.recorder
 
-	// The container runtime and the runtime manager over it.
-	cri, closeRuntime, err := newRuntime(ctx, cfg, a.addrs.IP, log)
+	// The container runtime: embedded, or a CRI endpoint.
+	cri, closeRuntime, err := newRuntime(ctx, cfg, addrs.IP, log)
 	if err != nil {
 		return err
 	}
 	defer closeRuntime()
-	a.cri = cri
-	if v, err := cri.Version(ctx, "v1"); err == nil {
-		a.runtimeVersion = v.RuntimeName + "://" + v.RuntimeVersion
-	}
+	runtimeVersion := runtimeVersion(ctx, cri)
 
-	// Device plugins, then cgroups (which report the devices' resources).
-	if err := a.startDevices(ctx, log); err != nil {
+	// What the agent knows of pods, with the statuses the last run saved.
+	statuses := store.OpenPodStatuses(filepath.Join(cfg.RootDir, "pods"), log)
+	pods := lifecycle.NewPods(statuses)
+
+	// Device plugins, then cgroups (which count the devices' resources).
+	devices, err := devicemanager.New(devicemanager.Config{
+		PluginDir:          cfg.DevicePluginDir,
+		PodResourcesSocket: filepath.Join(cfg.RootDir, "pod-resources", "kubelet.sock"),
+	}, devicemanager.PodListerFunc(pods.Active), clk, log)
+	if err != nil {
+		return fmt.Errorf("--device-plugin-dir: %w", err)
+	}
+	if err := devices.Start(ctx); err != nil {
+		return fmt.Errorf("starting the device manager in --device-plugin-dir %s: %w", cfg.DevicePluginDir, err)
+	}
+	bg.onStop(devices.Stop)
+	cgroups, err := cm.New(cgroupConfig(cfg, devices, recorder, log))
+	if err != nil {
 		return err
 	}
-	if err := a.startCgroups(ctx, log); err != nil {
+	if err := cgroups.Start(ctx); err != nil {
 		return err
 	}
 
-	// Probes read the status the agent publishes.
-	if err := a.startProber(ctx, reg, log); err != nil {
+	// Probes read the statuses the core publishes; exec probes run
+	// through the runtime.
+	probes, err := prober.NewManager(prober.Config{
+		Status:        pods,
+		Execer:        execer{cri},
+		Recorder:      recorder,
+		Logger:        log,
+		Registerer:    reg,
+		LastReadiness: statuses.WasReady,
+	})
+	if err != nil {
 		return err
 	}
+	probes.Start(ctx)
+	bg.onStop(probes.Stop)
 
+	// The runtime manager carries out what the core decides.
 	rm := kuberuntime.New(kuberuntime.Config{
 		Runtime:               cri,
 		Images:                cri,
-		Recorder:              a.recorder,
+		RuntimeName:           runtimeName(cfg),
+		Recorder:              recorder,
 		Clock:                 clk,
 		Logger:                log,
 		LogRoot:               filepath.Join(cfg.RootDir, "logs"),
 		PodsDir:               filepath.Join(cfg.RootDir, "pods"),
-		HostIP:                a.addrs.IP,
-		NodeAllocatable:       a.cm.Allocatable(),
-		PodCgroups:            a.cm,
-		ContainerOptions:      a.devmgr,
-		ProbeResults:          probeResults{m: a.probeMgr, prefix: runtimeName(cfg) + "://"},
+		HostIP:                addrs.IP,
+		NodeAllocatable:       cgroups.Allocatable(),
+		PodCgroups:            cgroups,
+		ContainerOptions:      devices,
 		MaxParallelImagePulls: kuberuntime.PullParallelism(cfg.SerializeImagePulls, cfg.MaxParallelImagePulls),
 	})
-	a.runtime = rm
-	a.statusGen = status.Generator{RuntimeName: runtimeName(cfg), HostIP: a.addrs.IP, Probes: a.probeMgr}
 
-	// Workers, PLEG, the HTTP API, then the pod sources feed the loop.
-	a.workers = podworkers.New(ctx, podworkers.Config{
-		Syncer: a, Clock: clk, Logger: log,
+	// Cluster mode: the API server's client, the status publisher and the
+	// event sink. The node loop starts below, once the node can be built.
+	link, err := newClusterLink(ctx, bg, cfg, clk, log, ev)
+	if err != nil {
+		return err
+	}
+	if link != nil {
+		defer link.publisher.Wait()
+	}
+
+	// The core's per-pod steps, run by one worker per pod.
+	syncer, err := lifecycle.NewSyncer(lifecycle.SyncerConfig{
+		Pods: pods, Runtime: rm, Cgroups: cgroups, Prober: probes,
+		Publisher: link.publisherOrNil(),
+		HostIP:    addrs.IP,
+		Recorder:  recorder, Clock: clk, Logger: log, Metrics: kubeletMetrics,
+	})
+	if err != nil {
+		return err
+	}
+	terminated := make(chan types.UID, 256)
+	workers := podworkers.New(ctx, podworkers.Config{
+		Syncer: syncer, Clock: clk, Logger: log,
 		ResyncInterval: cfg.SyncFrequency,
 		OnTerminated: func(uid types.UID) {
 			select {
-			case a.terminated <- uid:
+			case terminated <- uid:
 			default: // housekeeping catches it within 2 s
 			}
 		},
 	})
-	defer a.workers.Wait()
-	a.pleg = pleg.New(pleg.Config{Lister: rm, Clock: clk, Logger: log, Changes: runtimeChanges(cri)})
+	defer workers.Wait()
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	srvErr := make(chan error, 4)
-	if err := a.startServer(ctx, &wg, reg, srvErr); err != nil {
-		return err
+	// Image GC, and eviction (which reclaims through it and the runtime
+	// manager, and evicts through the workers).
+	imageGC, err := images.NewGC(imageGCConfig(cfg), images.Deps{
+		Images: cri, Containers: cri, Disk: images.StatfsDisk{Runtime: cri},
+		Recorder: recorder, Node: nodeRef, Clock: clk, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("image garbage collection: %w", err)
 	}
-	if err := a.startImageGC(ctx, &wg); err != nil {
-		return err
-	}
-	if err := a.startEviction(ctx, &wg); err != nil {
-		return err
-	}
-	updates, err := a.startSources(ctx, &wg)
+	bg.run(imageGC.Run)
+	evictor, err := newEviction(cfg, eviction.Deps{
+		Reclaimer: eviction.ReclaimFuncs{
+			// Keep the last dead container of live pods (restart counts
+			// and back-off live there).
+			Containers: func(ctx context.Context) error { return rm.GarbageCollect(ctx, 1, pods.IsGone) },
+			Images:     imageGC.DeleteUnusedImages,
+		},
+		KillPod:    lifecycle.Evict(pods, workers),
+		ActivePods: pods.Active,
+		Recorder:   recorder, Node: nodeRef, Clock: clk, Logger: log,
+	}, cgroups)
 	if err != nil {
 		return err
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); a.pleg.Run(ctx) }()
+	bg.run(evictor.Run)
 
-	probeUpdates := make(chan types.UID, 100)
-	wg.Add(1)
-	go func() { defer wg.Done(); a.forwardProbeUpdates(ctx, probeUpdates) }()
+	// PLEG watches the runtime for containers that start and die.
+	relister := pleg.New(pleg.Config{Lister: rm, Clock: clk, Logger: log, Changes: runtimeChanges(cri)})
 
-	log.Info("minilet started", "node", cfg.NodeName, "rootDir", cfg.RootDir, "runtime", a.runtimeVersion)
+	// The read-only port is bound now: the node reports it.
+	api, err := listenAPI(cfg)
+	if err != nil {
+		return err
+	}
+	node := nodestatus.New(nodestatus.Config{
+		NodeName: cfg.NodeName, Addresses: addrs, Port: portOf(api.Addr()),
+		RuntimeVersion: runtimeVersion,
+		Resources:      cgroups, Pressure: evictor, PLEG: relister, Runtime: cri, Clock: clk,
+	})
+
+	// The sync loop: admission in the kubelet's order (devices, resource
+	// fit, eviction pressure), then images held from GC.
+	loop, err := lifecycle.NewLoop(lifecycle.LoopConfig{
+		Pods: pods, Workers: workers, Runtime: rm, Prober: probes,
+		Cgroups: cgroups, Devices: devices,
+		Admitters: []lifecycle.Admitter{
+			devices,
+			lifecycle.AdmitFunc(func(_ context.Context, p *v1.Pod, active []*v1.Pod) (bool, string, string) {
+				return cgroups.Admit(p, active)
+			}),
+			lifecycle.AdmitFunc(func(_ context.Context, p *v1.Pod, _ []*v1.Pod) (bool, string, string) {
+				return evictor.Admit(p)
+			}),
+			images.NewPodHolds(imageGC),
+		},
+		Sources:   sourceNames(cfg),
+		Publisher: link.publisherOrNil(),
+		Recorder:  recorder, Clock: clk, Logger: log, Metrics: kubeletMetrics,
+	})
+	if err != nil {
+		return err
+	}
+
+	// The HTTP API and the admin socket.
+	srvErr := make(chan error, 2)
+	if err := serveAPI(ctx, bg, api, apiViews{
+		cfg: cfg, pods: pods, node: node, events: ev.store, cgroups: cgroups,
+		devices: devices, images: imageGC, runtime: cri,
+	}, reg, srvErr, log); err != nil {
+		return err
+	}
+	if err := serveAdmin(ctx, bg, cfg, cri, srvErr, log); err != nil {
+		return err
+	}
+
+	// The pod sources, the cluster's node loop, PLEG and probe results
+	// feed the loop.
+	snapshots, err := startSources(ctx, bg, cfg, link, recorder, nodeRef, log)
+	if err != nil {
+		return err
+	}
+	if link != nil {
+		if err := link.cluster.Start(ctx, node.Node); err != nil {
+			return err
+		}
+		bg.onStop(link.cluster.Stop)
+	}
+	bg.run(relister.Run)
+	probeEvents := make(chan types.UID, 100)
+	bg.run(func(ctx context.Context) { forwardProbeUpdates(ctx, probes.Updates(), probeEvents) })
+
+	log.Info("minilet started", "node", cfg.NodeName, "rootDir", cfg.RootDir, "runtime", runtimeVersion)
 	loopDone := make(chan struct{})
-	go func() { defer close(loopDone); a.syncLoop(ctx, updates, a.pleg.Events(), probeUpdates) }()
+	go func() {
+		defer close(loopDone)
+		loop.Run(ctx, lifecycle.Inputs{Snapshots: snapshots, Runtime: relister.Events(), Probes: probeEvents, Terminated: terminated})
+	}()
 	select {
 	case <-ctx.Done():
 		<-loopDone
@@ -253,52 +268,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 }
 
-func ipString(ip net.IP) string {
-	if ip == nil {
-		return ""
-	}
-	return ip.String()
-}
-
-// runtimeName is the prefix of container IDs in pod status.
-func runtimeName(cfg *config.Config) string {
-	if cfg.ContainerRuntimeEndpoint == "" {
-		return "minilet"
-	}
-	return "containerd"
-}
-
-// runtimeChanges returns the runtime's change notifications, if it has any.
-func runtimeChanges(r any) <-chan struct{} {
-	if c, ok := r.(interface{ Changes() <-chan struct{} }); ok {
-		return c.Changes()
-	}
-	return nil
-}
-
-// runtimeErr reports whether the runtime answers and says it is ready.
-func (a *Agent) runtimeErr() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	st, err := a.cri.Status(ctx, false)
-	if err != nil {
-		return err
-	}
-	for _, c := range st.GetStatus().GetConditions() {
-		if c.Type == runtimeapi.RuntimeReady && !c.Status {
-			return errors.New(c.Reason + ": " + c.Message)
-		}
-	}
-	return nil
-}
-
-// forwardProbeUpdates turns probe results into pod resyncs.
-func (a *Agent) forwardProbeUpdates(ctx context.Context, out chan<- types.UID) {
+// forwardProbeUpdates turns probe result changes into pod events.
+func forwardProbeUpdates(ctx context.Context, updates <-chan prober.Update, out chan<- types.UID) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case u, ok := <-a.probeMgr.Updates():
+		case u, ok := <-updates:
 			if !ok {
 				return
 			}
@@ -309,13 +285,4 @@ func (a *Agent) forwardProbeUpdates(ctx context.Context, out chan<- types.UID) {
 			}
 		}
 	}
-}
-
-func portOf(addr net.Addr) int {
-	if tcp, ok := addr.(*net.TCPAddr); ok {
-		return tcp.Port
-	}
-	_, p, _ := net.SplitHostPort(addr.String())
-	n, _ := strconv.Atoi(p)
-	return n
 }

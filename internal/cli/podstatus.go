@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/minilet/minilet/internal/podspec"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 )
@@ -28,12 +29,6 @@ type podRow struct {
 	Restarts string // "3 (12s ago)"
 }
 
-// isSidecar reports whether an init container keeps running beside the
-// app containers (restartPolicy: Always).
-func isSidecar(c v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
-}
-
 // summarizePod computes READY, STATUS and RESTARTS with the rules kubectl
 // uses: the first init container that has not succeeded decides the status
 // while initializing ("Init:1/3", "Init:CrashLoopBackOff",
@@ -53,7 +48,7 @@ func summarizePod(pod *v1.Pod, now time.Time) podRow {
 
 	sidecars := map[string]bool{}
 	for _, c := range pod.Spec.InitContainers {
-		if isSidecar(c) {
+		if podspec.IsSidecar(&c) {
 			sidecars[c.Name] = true
 		}
 	}

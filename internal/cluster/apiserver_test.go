@@ -81,7 +81,7 @@ func nodeName(t *testing.T) string {
 func start(t *testing.T, srv *clustertest.Server, fn *fakeNode) *Cluster {
 	t.Helper()
 	c, err := New(Config{
-		Kubeconfig: srv.NodeKubeconfig(fn.name), NodeName: fn.name, NodeSource: fn.build,
+		Kubeconfig: srv.NodeKubeconfig(fn.name), NodeName: fn.name,
 		NodeStatusUpdateFrequency: 200 * time.Millisecond, LeaseDurationSeconds: 2,
 		Logger: testLogger(t),
 	})
@@ -89,7 +89,9 @@ func start(t *testing.T, srv *clustertest.Server, fn *fakeNode) *Cluster {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c.Start(ctx)
+	if err := c.Start(ctx, fn.build); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { cancel(); c.Stop() })
 	return c
 }

@@ -37,9 +37,6 @@ type Config struct {
 	Kubeconfig string
 	// NodeName is the Node object's name. Required.
 	NodeName string
-	// NodeSource builds the node as the agent sees it now: labels,
-	// addresses, capacity, allocatable, conditions and node info. Required.
-	NodeSource func() *v1.Node
 
 	// NodeStatusUpdateFrequency is how often the node status is computed
 	// and written when it changed; default 10s.
@@ -98,8 +95,6 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: kubeconfig path is required: %w", errdefs.ErrInvalidArgument)
 	case cfg.NodeName == "":
 		return nil, fmt.Errorf("cluster: node name is required: %w", errdefs.ErrInvalidArgument)
-	case cfg.NodeSource == nil:
-		return nil, fmt.Errorf("cluster: NodeSource is required: %w", errdefs.ErrInvalidArgument)
 	case cfg.NodeStatusUpdateFrequency < 0:
 		return nil, fmt.Errorf("cluster: nodeStatusUpdateFrequency %s must not be negative: %w", cfg.NodeStatusUpdateFrequency, errdefs.ErrInvalidArgument)
 	case cfg.NodeStatusReportFrequency < 0:
@@ -172,20 +167,29 @@ func setDefaults(cfg *Config) {
 	}
 }
 
-// Start runs node registration and heartbeats, the pod informer and the
-// status writer until ctx ends or Stop is called. None of them ever gives
-// up: an unreachable API server is retried with back-off. Calling Start
-// again does nothing.
-func (c *Cluster) Start(ctx context.Context) {
-	if !c.started.CompareAndSwap(false, true) {
-		return
+// NodeSource builds the node as the agent sees it now: labels, addresses,
+// capacity, allocatable, conditions and node info.
+type NodeSource func() *v1.Node
+
+// Start runs node registration and heartbeats (of the node that source
+// builds), the pod informer and the status writer until ctx ends or Stop
+// is called. None of them ever gives up: an unreachable API server is
+// retried with back-off. Calling Start again does nothing.
+func (c *Cluster) Start(ctx context.Context, source NodeSource) error {
+	if source == nil {
+		return fmt.Errorf("cluster: a node source is required: %w", errdefs.ErrInvalidArgument)
 	}
+	if !c.started.CompareAndSwap(false, true) {
+		return nil
+	}
+	c.node.source = source
 	ctx, c.cancel = context.WithCancel(ctx)
 	c.wg.Add(4)
 	go func() { defer c.wg.Done(); c.node.runStatus(ctx) }()
 	go func() { defer c.wg.Done(); c.node.runLease(ctx) }()
 	go func() { defer c.wg.Done(); c.pods.run(ctx) }()
 	go func() { defer c.wg.Done(); c.status.run(ctx) }()
+	return nil
 }
 
 // Stop ends every goroutine Start began and waits for them. It is

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -22,27 +23,28 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	if err := os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\nusers:\n- name: u\n  user:\n    token: x\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	src := func() *v1.Node { return &v1.Node{} }
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tc := range []struct {
 		name string
 		cfg  Config
 	}{
-		{"no kubeconfig", Config{NodeName: "n", NodeSource: src}},
-		{"no node name", Config{Kubeconfig: kc, NodeSource: src}},
-		{"no node source", Config{Kubeconfig: kc, NodeName: "n"}},
-		{"negative update frequency", Config{Kubeconfig: kc, NodeName: "n", NodeSource: src, NodeStatusUpdateFrequency: -1}},
-		{"negative lease", Config{Kubeconfig: kc, NodeName: "n", NodeSource: src, LeaseDurationSeconds: -1}},
-		{"missing kubeconfig file", Config{Kubeconfig: kc + ".missing", NodeName: "n", NodeSource: src}},
+		{"no kubeconfig", Config{NodeName: "n"}},
+		{"no node name", Config{Kubeconfig: kc}},
+		{"negative update frequency", Config{Kubeconfig: kc, NodeName: "n", NodeStatusUpdateFrequency: -1}},
+		{"negative lease", Config{Kubeconfig: kc, NodeName: "n", LeaseDurationSeconds: -1}},
+		{"missing kubeconfig file", Config{Kubeconfig: kc + ".missing", NodeName: "n"}},
 	} {
 		tc.cfg.Logger = log
 		if _, err := New(tc.cfg); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("%s: got %v, want ErrInvalidArgument", tc.name, err)
 		}
 	}
-	c, err := New(Config{Kubeconfig: kc, NodeName: "n", NodeSource: src, Logger: log})
+	c, err := New(Config{Kubeconfig: kc, NodeName: "n", Logger: log})
 	if err != nil {
 		t.Fatalf("valid config: %v", err)
+	}
+	if err := c.Start(context.Background(), nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Start without a node source: got %v, want ErrInvalidArgument", err)
 	}
 	c.Stop() // never started: must not block
 }

@@ -29,7 +29,8 @@ const (
 
 // nodeStatus registers the Node and keeps its status and Lease fresh.
 type nodeStatus struct {
-	c *Cluster
+	c      *Cluster
+	source NodeSource // set by Start before its goroutines run
 
 	mu         sync.Mutex
 	node       *v1.Node // as the API server last returned it; nil until registered
@@ -94,7 +95,7 @@ func (n *nodeStatus) syncOnce(ctx context.Context) error {
 // register creates the Node, or adopts an existing one of the same name
 // (adding the labels minilet sets).
 func (n *nodeStatus) register(ctx context.Context) error {
-	want := n.c.cfg.NodeSource()
+	want := n.source()
 	want.ResourceVersion, want.UID = "", ""
 	want.CreationTimestamp = metav1.Time{}
 	nodes := n.c.client.CoreV1().Nodes()
@@ -146,7 +147,7 @@ func (n *nodeStatus) adoptLabels(ctx context.Context, node *v1.Node, labels map[
 // updateStatus writes the node's status if it changed, ignoring heartbeat
 // times, or if the last write is older than NodeStatusReportFrequency.
 func (n *nodeStatus) updateStatus(ctx context.Context, cur *v1.Node) error {
-	want := n.c.cfg.NodeSource().Status
+	want := n.source().Status
 	n.mu.Lock()
 	due := n.c.clock.Since(n.lastReport) >= n.c.cfg.NodeStatusReportFrequency
 	n.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -271,6 +272,7 @@ func (m *Manager) RemovePod(ctx context.Context, uid types.UID) error {
 		if err := m.driver.Destroy(ctx, name); err != nil {
 			errs = append(errs, fmt.Errorf("pod %s: %w", uid, err))
 		}
+		m.removeHybridLeftover(m.driver.Path(name))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -284,6 +286,27 @@ func (m *Manager) RemovePod(ctx context.Context, uid types.UID) error {
 		}
 	}
 	return nil
+}
+
+// removeHybridLeftover removes the empty directories runc leaves for a pod
+// in the cgroup2 mount that sits beside the v1 hierarchies on hybrid hosts
+// (<mount root>/unified), which no driver manages. Nothing to do elsewhere.
+func (m *Manager) removeHybridLeftover(path string) {
+	root := m.cfg.CgroupMountRoot
+	if root == "" {
+		root = cgroups.DefaultMountRoot
+	}
+	dir := filepath.Join(root, "unified", path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			_ = os.Remove(filepath.Join(dir, e.Name())) // container dirs: empty once stopped
+		}
+	}
+	_ = os.Remove(dir)
 }
 
 // CleanupOrphans removes the cgroups of pods not in keep (killing what is

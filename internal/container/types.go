@@ -24,7 +24,7 @@ const (
 
 // ContainerStatus is one container (one attempt) as the runtime sees it.
 type ContainerStatus struct {
-	ID           string // runtime container ID, without the "type://" prefix
+	ID           ID     // the runtime and its container ID
 	Name         string // the pod spec's container name
 	State        State
 	CreatedAt    time.Time
@@ -71,6 +71,23 @@ func (s *PodStatus) FindContainer(name string) *ContainerStatus {
 		}
 	}
 	return newest
+}
+
+// NewestSandbox returns the newest sandbox (nil when there is none) and how
+// many sandboxes are ready.
+func (s *PodStatus) NewestSandbox() (newest *SandboxStatus, ready int) {
+	if s == nil {
+		return nil, 0
+	}
+	for _, sb := range s.Sandboxes {
+		if sb.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+			ready++
+		}
+		if newest == nil || sb.CreatedAt.After(newest.CreatedAt) {
+			newest = sb
+		}
+	}
+	return newest, ready
 }
 
 // Pod is a pod the runtime holds, as returned by a listing (for PLEG,

@@ -13,6 +13,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/podspec"
 )
 
 // ReasonUnexpectedAdmissionError is the pod status reason (and Warning
@@ -110,7 +111,7 @@ func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod) error {
 		if err := allocateContainer(c); err != nil {
 			return err
 		}
-		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+		sidecar := podspec.IsSidecar(c)
 		m.mu.Lock()
 		for name, a := range m.podDevs.containerDevices(pod.UID, c.Name) {
 			if reusable[name] == nil {

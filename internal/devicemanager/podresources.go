@@ -10,6 +10,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/minilet/minilet/internal/podspec"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -119,7 +120,7 @@ func (m *Manager) podResources(p *v1.Pod) *podresourcesapi.PodResources {
 	out := &podresourcesapi.PodResources{Name: p.Name, Namespace: p.Namespace}
 	var names []string
 	for _, c := range p.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+		if podspec.IsSidecar(&c) {
 			names = append(names, c.Name)
 		}
 	}

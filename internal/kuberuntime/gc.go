@@ -30,8 +30,7 @@ func (m *Manager) GarbageCollect(ctx context.Context, keepPerContainer int, isPo
 	if isPodGone == nil {
 		isPodGone = func(types.UID) bool { return false }
 	}
-	m.crashBackoff.gc()
-	m.imageBackoff.gc()
+	m.imageBackoff.GC()
 	cs, err := m.cfg.Runtime.ListContainers(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("container gc: list containers: %w", err)

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minilet/minilet/internal/container"
+	"github.com/minilet/minilet/internal/lifecycle"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	critest "k8s.io/cri-api/pkg/apis/testing"
 	testclock "k8s.io/utils/clock/testing"
@@ -95,6 +98,9 @@ type env struct {
 	rec    *recorder
 	m      *Manager
 	cfg    Config
+	// planner and probes stand in for the lifecycle core's decisions.
+	planner *lifecycle.Planner
+	probes  lifecycle.ProbeResults
 }
 
 func newEnv(t *testing.T, mutate ...func(*Config)) *env {
@@ -107,17 +113,26 @@ func newEnv(t *testing.T, mutate ...func(*Config)) *env {
 		f(&e.cfg)
 	}
 	e.m = New(e.cfg)
+	e.planner = lifecycle.NewPlanner(e.clock, e.rec)
 	return e
 }
 
-// sync runs GetPodStatus then SyncPod, like the pod worker.
-func (e *env) sync(pod *v1.Pod) Result {
+// sync runs one sync of the pod as the lifecycle core does: read the
+// runtime's view, plan (the core's decisions, with crash-loop back-off),
+// carry the plan out, and report what waits.
+func (e *env) sync(pod *v1.Pod) container.SyncResult {
 	e.t.Helper()
 	ps, err := e.m.GetPodStatus(context.Background(), pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
 		e.t.Fatalf("GetPodStatus: %v", err)
 	}
-	return e.m.SyncPod(context.Background(), pod, ps)
+	plan := e.planner.Plan(pod, ps, e.probes)
+	res := e.m.SyncPod(context.Background(), pod, ps, plan.Actions)
+	for name, w := range plan.Waiting {
+		res.Wait(name, w.Reason, w.Message)
+	}
+	res.Requeue(plan.RequeueAfter)
+	return res
 }
 
 func (e *env) status(pod *v1.Pod) *containerView {
@@ -139,8 +154,27 @@ func (e *env) exit(pod *v1.Pod, name string, code int32) {
 	}
 	e.rt.Lock()
 	defer e.rt.Unlock()
-	fc := e.rt.Containers[c.ID]
+	fc := e.rt.Containers[c.ID.ID]
 	fc.State = 2 // CONTAINER_EXITED
 	fc.ExitCode = code
 	fc.FinishedAt = e.clock.Now().UnixNano()
+}
+
+func mkPod(policy v1.RestartPolicy, inits []v1.Container, apps ...string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1"}}
+	p.Spec.RestartPolicy = policy
+	p.Spec.InitContainers = inits
+	for _, n := range apps {
+		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: n, Image: "host"})
+	}
+	return p
+}
+
+func initC(name string, sidecar bool) v1.Container {
+	c := v1.Container{Name: name, Image: "host"}
+	if sidecar {
+		always := v1.ContainerRestartPolicyAlways
+		c.RestartPolicy = &always
+	}
+	return c
 }

@@ -83,7 +83,7 @@ func TestPreStopSleepBoundedByGracePeriod(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("KillPod still waits for the 600s sleep after the 5s grace period")
 	}
-	if to, _ := e.rt.timeout(ps.FindContainer("a").ID); to != minimumGracePeriod {
+	if to, _ := e.rt.timeout(ps.FindContainer("a").ID.ID); to != minimumGracePeriod {
 		t.Fatalf("stopped with %d, want the %d minimum", to, minimumGracePeriod)
 	}
 }

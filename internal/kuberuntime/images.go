@@ -132,7 +132,7 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		return reasonErrImageNeverPull, msg, 0
 	}
 	key := string(pod.UID) + "/" + c.Image
-	if left, in := m.imageBackoff.inBackoffSinceUpdate(key); in {
+	if left, in := m.imageBackoff.InBackoffSinceUpdate(key); in {
 		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
 		m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "BackOff", msg)
 		m.cfg.Recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+reasonImagePullBackOff)
@@ -141,13 +141,13 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	m.cfg.Recorder.Eventf(pod, v1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
 	ref, pulled, waited, err := m.pull(ctx, spec, sandboxCfg)
 	if err != nil {
-		m.imageBackoff.next(key, m.clock.Now())
+		m.imageBackoff.Next(key, m.clock.Now())
 		m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
 		m.cfg.Recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+reasonErrImagePull)
-		left, _ := m.imageBackoff.inBackoffSinceUpdate(key)
+		left, _ := m.imageBackoff.InBackoffSinceUpdate(key)
 		return reasonErrImagePull, err.Error(), left
 	}
-	m.imageBackoff.reset(key)
+	m.imageBackoff.Reset(key)
 	m.cfg.Recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %v (%v including waiting). Image size: %d bytes.",
 		c.Image, pulled.Round(time.Millisecond), waited.Round(time.Millisecond), m.imageSize(ctx, ref, spec))
 	return "", "", 0

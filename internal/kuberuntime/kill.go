@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minilet/minilet/internal/container"
+	"github.com/minilet/minilet/internal/podspec"
 )
 
 // minimumGracePeriod is the shortest stop window a container gets (unless
@@ -61,13 +62,13 @@ func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 		}
 		spec := specOf(pod, c.Name)
 		if spec == nil {
-			spec = recorded[c.ID]
+			spec = recorded[c.ID.ID]
 		}
 		wg.Add(1)
 		go func(c *container.ContainerStatus) {
 			defer wg.Done()
-			defer close(after.stopped[c.ID])
-			err := m.killContainerAfter(ctx, pod, spec, c.ID, podIP, "Stopping container "+c.Name, "", gracePeriodOverride, after.waitFor[c.ID])
+			defer close(after.stopped[c.ID.ID])
+			err := m.killContainerAfter(ctx, pod, spec, c.ID.ID, podIP, "Stopping container "+c.Name, "", gracePeriodOverride, after.waitFor[c.ID.ID])
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -97,7 +98,7 @@ func (m *Manager) recordedSpecs(ctx context.Context, ps *container.PodStatus) (*
 		if c.State != container.StateRunning {
 			continue
 		}
-		resp, err := m.cfg.Runtime.ContainerStatus(ctx, c.ID, false)
+		resp, err := m.cfg.Runtime.ContainerStatus(ctx, c.ID.ID, false)
 		if err != nil {
 			continue
 		}
@@ -105,13 +106,13 @@ func (m *Manager) recordedSpecs(ctx context.Context, ps *container.PodStatus) (*
 		if v, err := strconv.ParseInt(ann[annotationGracePeriod], 10, 64); err == nil && grace == nil {
 			grace = &v
 		}
-		specs[c.ID] = specFromAnnotations(c.Name, ann)
+		specs[c.ID.ID] = specFromAnnotations(c.Name, ann)
 	}
 	return grace, specs
 }
 
 func newestSandboxIP(ps *container.PodStatus) string {
-	if sb, _ := newestSandbox(ps); sb != nil {
+	if sb, _ := ps.NewestSandbox(); sb != nil {
 		return sb.IP
 	}
 	return ""
@@ -146,7 +147,7 @@ func stopOrder(pod *v1.Pod, ps *container.PodStatus) stopPlan {
 	plan := stopPlan{waitFor: map[string][]<-chan struct{}{}, stopped: map[string]chan struct{}{}}
 	sidecarIndex := map[string]int{}
 	for i := range pod.Spec.InitContainers {
-		if isSidecar(&pod.Spec.InitContainers[i]) {
+		if podspec.IsSidecar(&pod.Spec.InitContainers[i]) {
 			sidecarIndex[pod.Spec.InitContainers[i].Name] = i
 		}
 	}
@@ -154,7 +155,7 @@ func stopOrder(pod *v1.Pod, ps *container.PodStatus) stopPlan {
 	for _, c := range ps.Containers {
 		if c.State == container.StateRunning {
 			running = append(running, c)
-			plan.stopped[c.ID] = make(chan struct{})
+			plan.stopped[c.ID.ID] = make(chan struct{})
 		}
 	}
 	for _, c := range running {
@@ -164,7 +165,7 @@ func stopOrder(pod *v1.Pod, ps *container.PodStatus) stopPlan {
 		}
 		for _, o := range running {
 			if theirs, oSidecar := sidecarIndex[o.Name]; o.ID != c.ID && (!oSidecar || theirs > mine) {
-				plan.waitFor[c.ID] = append(plan.waitFor[c.ID], plan.stopped[o.ID])
+				plan.waitFor[c.ID.ID] = append(plan.waitFor[c.ID.ID], plan.stopped[o.ID.ID])
 			}
 		}
 	}

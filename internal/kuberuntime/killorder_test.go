@@ -24,7 +24,7 @@ func TestSidecarStopsAfterTheApp(t *testing.T) {
 	}
 	appStopping, releaseApp := make(chan struct{}), make(chan struct{})
 	e.rt.onStop = func(id string) {
-		if id == app.ID {
+		if id == app.ID.ID {
 			close(appStopping)
 			<-releaseApp // the app takes a while to exit
 		}
@@ -36,7 +36,7 @@ func TestSidecarStopsAfterTheApp(t *testing.T) {
 	// clock) or, wrongly, is stopped while the app still runs.
 	deadline := time.Now().Add(20 * time.Second)
 	for !e.clock.HasWaiters() {
-		if _, stopped := e.rt.timeout(proxy.ID); stopped {
+		if _, stopped := e.rt.timeout(proxy.ID.ID); stopped {
 			t.Fatal("the sidecar was stopped while the app was still stopping")
 		}
 		if time.Now().After(deadline) {
@@ -49,10 +49,10 @@ func TestSidecarStopsAfterTheApp(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if to, _ := e.rt.timeout(app.ID); to != 30 {
+	if to, _ := e.rt.timeout(app.ID.ID); to != 30 {
 		t.Fatalf("app stopped with %d, want 30", to)
 	}
-	if to, _ := e.rt.timeout(proxy.ID); to != 23 {
+	if to, _ := e.rt.timeout(proxy.ID.ID); to != 23 {
 		t.Fatalf("sidecar stopped with %d, want the 23s left of 30", to)
 	}
 }

@@ -3,10 +3,9 @@ package kuberuntime
 import (
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
-	"path/filepath"
 	"strconv"
 
+	"github.com/minilet/minilet/internal/container"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -51,7 +50,7 @@ func containerLabels(pod *v1.Pod, c *v1.Container) map[string]string {
 
 func containerAnnotations(pod *v1.Pod, c *v1.Container, restartCount int) map[string]string {
 	a := map[string]string{
-		annotationHash:         strconv.FormatUint(hashContainer(c), 16),
+		annotationHash:         strconv.FormatUint(container.Hash(c), 16),
 		annotationRestartCount: strconv.Itoa(restartCount),
 		annotationGracePeriod:  strconv.FormatInt(gracePeriodOf(pod), 10),
 		annotationTermMsgPath:  c.TerminationMessagePath,
@@ -82,28 +81,15 @@ func specFromAnnotations(name string, annotations map[string]string) *v1.Contain
 	return c
 }
 
-// hashContainer fingerprints a container spec; a running container whose
-// spec no longer hashes the same is restarted.
-func hashContainer(c *v1.Container) uint64 {
-	b, err := json.Marshal(c)
-	if err != nil {
-		// A v1.Container always marshals; fall back to its name.
-		b = []byte(c.Name)
-	}
-	h := fnv.New64a()
-	_, _ = h.Write(b)
-	return h.Sum64()
-}
-
 // podLogDir is the sandbox's log directory: LogRoot/<ns>_<name>_<uid>.
 func (m *Manager) podLogDir(namespace, name, uid string) string {
-	return filepath.Join(m.cfg.LogRoot, fmt.Sprintf("%s_%s_%s", namespace, name, uid))
+	return container.PodLogDir(m.cfg.LogRoot, namespace, name, uid)
 }
 
 // containerLogPath is the container's log path relative to the sandbox's
 // log directory: <container>/<restartCount>.log.
 func containerLogPath(name string, restartCount int) string {
-	return filepath.Join(name, strconv.Itoa(restartCount)+".log")
+	return container.ContainerLogFile(name, restartCount)
 }
 
 // podDesc names a pod the way the kubelet's messages do: name_ns(uid).

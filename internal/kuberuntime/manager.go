@@ -18,9 +18,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/minilet/minilet/internal/backoff"
 	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/events"
-	"github.com/minilet/minilet/internal/status"
 )
 
 // Runtime is the part of the CRI RuntimeService the manager uses; both
@@ -57,13 +57,6 @@ type ContainerOptions interface {
 	RunOptions(pod *v1.Pod, c *v1.Container) (*container.RunOptions, error)
 }
 
-// ProbeResults tells which running containers failed their liveness or
-// startup probe and must be restarted.
-type ProbeResults interface {
-	LivenessFailed(containerID string) bool
-	StartupFailed(containerID string) bool
-}
-
 // Config holds the manager's dependencies and settings.
 type Config struct {
 	Runtime Runtime // required
@@ -92,37 +85,13 @@ type Config struct {
 	// or 1 serializes them like the kubelet's serializeImagePulls, -1
 	// removes the limit. See PullParallelism.
 	MaxParallelImagePulls int
+	// RuntimeName is the Type of the container IDs the manager reports
+	// (the "containerd" of "containerd://<id>"). Default "minilet".
+	RuntimeName string
 
 	// Optional hooks; nil means none.
 	PodCgroups       PodCgroups
 	ContainerOptions ContainerOptions
-	ProbeResults     ProbeResults
-}
-
-// Result is the outcome of one SyncPod.
-type Result struct {
-	// RequeueAfter, when positive, is when the pod should be synced again
-	// (a back-off ends).
-	RequeueAfter time.Duration
-	// Waiting says, per container name, why a container that should run
-	// is not running; feed it to status generation.
-	Waiting map[string]status.Waiting
-	// Err joins the failures of this sync (runtime errors, failed
-	// creates and starts); back-off alone is not an error.
-	Err error
-}
-
-func (r *Result) wait(name, reason, message string) {
-	if r.Waiting == nil {
-		r.Waiting = map[string]status.Waiting{}
-	}
-	r.Waiting[name] = status.Waiting{Reason: reason, Message: message}
-}
-
-func (r *Result) requeue(d time.Duration) {
-	if d > 0 && (r.RequeueAfter == 0 || d < r.RequeueAfter) {
-		r.RequeueAfter = d
-	}
 }
 
 // Manager syncs pods over the CRI. Its methods are safe for concurrent use
@@ -132,13 +101,13 @@ type Manager struct {
 	cfg          Config
 	log          *slog.Logger
 	clock        clock.Clock
-	crashBackoff *backoff
-	imageBackoff *backoff
+	imageBackoff *backoff.Backoff
 	pulls        pullLimiter
 	hookClient   *http.Client
 }
 
-// The kubelet's restart and image pull back-off: 10 s doubling to 5 min.
+// The kubelet's image pull back-off (and the retry of a failed start):
+// 10 s doubling to 5 min.
 const (
 	backoffInitial = 10 * time.Second
 	backoffMax     = 300 * time.Second
@@ -152,6 +121,9 @@ func New(cfg Config) *Manager {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.RuntimeName == "" {
+		cfg.RuntimeName = "minilet"
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -159,8 +131,7 @@ func New(cfg Config) *Manager {
 		cfg:          cfg,
 		log:          cfg.Logger.With("component", "kuberuntime"),
 		clock:        cfg.Clock,
-		crashBackoff: newBackoff(cfg.Clock, backoffInitial, backoffMax),
-		imageBackoff: newBackoff(cfg.Clock, backoffInitial, backoffMax),
+		imageBackoff: backoff.New(cfg.Clock, backoffInitial, backoffMax),
 		pulls:        newPullLimiter(cfg.MaxParallelImagePulls),
 		// HTTP hooks talk to the pod directly: no proxy, and like the
 		// kubelet they do not verify https certificates.

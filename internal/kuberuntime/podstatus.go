@@ -51,7 +51,7 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid types.UID, name, namespa
 		if err != nil {
 			return nil, fmt.Errorf("status of container %s of pod %s/%s: %w", c.Id, namespace, name, err)
 		}
-		ps.Containers = append(ps.Containers, convertContainerStatus(resp.GetStatus(), c))
+		ps.Containers = append(ps.Containers, m.convertContainerStatus(resp.GetStatus(), c))
 	}
 	sortNewestFirst(ps.Sandboxes, ps.Containers)
 	return ps, nil
@@ -91,7 +91,7 @@ func (m *Manager) GetPods(ctx context.Context) ([]*container.Pod, error) {
 			continue
 		}
 		p := get(c.Labels)
-		p.Containers = append(p.Containers, convertContainer(c))
+		p.Containers = append(p.Containers, m.convertContainer(c))
 	}
 	pods := make([]*container.Pod, 0, len(byUID))
 	for _, p := range byUID {
@@ -124,7 +124,7 @@ func convertState(s runtimeapi.ContainerState) container.State {
 	}
 }
 
-func convertContainer(c *runtimeapi.Container) *container.ContainerStatus {
+func (m *Manager) convertContainer(c *runtimeapi.Container) *container.ContainerStatus {
 	name := c.GetMetadata().GetName()
 	if name == "" {
 		name = c.Labels[labelContainerName]
@@ -132,7 +132,7 @@ func convertContainer(c *runtimeapi.Container) *container.ContainerStatus {
 	hash, _ := strconv.ParseUint(c.Annotations[annotationHash], 16, 64)
 	restarts, _ := strconv.Atoi(c.Annotations[annotationRestartCount])
 	return &container.ContainerStatus{
-		ID:           c.Id,
+		ID:           container.ID{Type: m.cfg.RuntimeName, ID: c.Id},
 		Name:         name,
 		State:        convertState(c.State),
 		CreatedAt:    time.Unix(0, c.CreatedAt),
@@ -143,8 +143,8 @@ func convertContainer(c *runtimeapi.Container) *container.ContainerStatus {
 	}
 }
 
-func convertContainerStatus(s *runtimeapi.ContainerStatus, listed *runtimeapi.Container) *container.ContainerStatus {
-	out := convertContainer(listed)
+func (m *Manager) convertContainerStatus(s *runtimeapi.ContainerStatus, listed *runtimeapi.Container) *container.ContainerStatus {
+	out := m.convertContainer(listed)
 	if s == nil {
 		return out
 	}

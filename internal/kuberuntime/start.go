@@ -19,7 +19,6 @@ const (
 	reasonCreateContainerConfigError = "CreateContainerConfigError"
 	reasonCreateContainerError       = "CreateContainerError"
 	reasonRunContainerError          = "RunContainerError"
-	reasonCrashLoopBackOff           = "CrashLoopBackOff"
 )
 
 func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) *runtimeapi.PodSandboxConfig {
@@ -95,23 +94,15 @@ func (m *Manager) createSandbox(ctx context.Context, pod *v1.Pod, attempt uint32
 }
 
 // startContainer starts one container of the pod in the sandbox, after
-// checking its restart back-off and image. It records the outcome in res.
+// making sure of its image. It records the outcome in res. Whether the
+// container may start now (restart policy, crash back-off) was decided
+// before: see the lifecycle core.
 func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, ps *container.PodStatus, c *v1.Container,
-	sandboxID, podIP string, sandboxCfg *runtimeapi.PodSandboxConfig, res *Result) {
+	sandboxID, podIP string, sandboxCfg *runtimeapi.PodSandboxConfig, res *container.SyncResult) {
 	prev := ps.FindContainer(c.Name)
-	if prev != nil && prev.State == container.StateExited && !prev.FinishedAt.IsZero() {
-		key := fmt.Sprintf("%s_%s_%s_%s_%x", pod.Name, pod.Namespace, pod.UID, c.Name, hashContainer(c))
-		if delay, left, in := m.crashBackoff.inBackoffSince(key, prev.FinishedAt); in {
-			m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s", c.Name, podDesc(pod))
-			res.wait(c.Name, reasonCrashLoopBackOff, fmt.Sprintf("back-off %s restarting failed container=%s pod=%s", delay, c.Name, podDesc(pod)))
-			res.requeue(left)
-			return
-		}
-		m.crashBackoff.next(key, prev.FinishedAt)
-	}
 	if reason, msg, retry := m.ensureImage(ctx, pod, c, sandboxCfg); reason != "" {
-		res.wait(c.Name, reason, msg)
-		res.requeue(retry)
+		res.Wait(c.Name, reason, msg)
+		res.Requeue(retry)
 		return
 	}
 	restartCount := 0
@@ -120,8 +111,8 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, ps *container
 	}
 	fail := func(reason string, err error) {
 		m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		res.wait(c.Name, reason, err.Error())
-		res.requeue(backoffInitial)
+		res.Wait(c.Name, reason, err.Error())
+		res.Requeue(backoffInitial)
 		res.Err = errors.Join(res.Err, fmt.Errorf("container %q of pod %s: %w", c.Name, podDesc(pod), err))
 	}
 	cfg, err := m.containerConfig(pod, c, restartCount, podIP)
@@ -151,7 +142,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, ps *container
 		if msg, err := m.runHook(ctx, pod, c, id, podIP, c.Lifecycle.PostStart, 0); err != nil {
 			m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedPostStartHook", "PostStartHook failed: %s", msg)
 			kerr := m.killContainer(ctx, pod, c, id, podIP, fmt.Sprintf("Container %s failed post-start hook, will be restarted", c.Name), "", nil)
-			res.wait(c.Name, "PostStartHookError", msg)
+			res.Wait(c.Name, "PostStartHookError", msg)
 			res.Err = errors.Join(res.Err, fmt.Errorf("postStart hook of container %q of pod %s: %w", c.Name, podDesc(pod), err), kerr)
 		}
 	}

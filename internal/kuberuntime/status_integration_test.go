@@ -13,7 +13,7 @@ import (
 func TestStatusAfterCrashLoop(t *testing.T) {
 	e := newEnv(t)
 	pod := mkPod(v1.RestartPolicyAlways, nil, "a")
-	gen := status.Generator{RuntimeName: "fake", HostIP: e.cfg.HostIP}
+	gen := status.Generator{HostIP: e.cfg.HostIP}
 	e.sync(pod)
 	e.exit(pod, "a", 3)
 	e.sync(pod)

@@ -10,22 +10,18 @@ import (
 	"github.com/minilet/minilet/internal/container"
 )
 
-// SyncPod makes the runtime match the pod's spec, one step at a time:
-// replace a changed sandbox, kill containers that must go, create the
-// sandbox, start the next init container(s), start app containers. ps is
-// the runtime's view from GetPodStatus. The caller syncs again when PLEG
-// reports a change or after Result.RequeueAfter.
-func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, ps *container.PodStatus) Result {
-	var res Result
+// SyncPod carries out what the lifecycle core decided for one sync of
+// the pod, in order: kill the pod (a dead sandbox) or the containers that
+// must go, create the sandbox, start the init container(s) and app
+// containers named. ps is the runtime's view from GetPodStatus that the
+// decision was made on. The caller syncs again when PLEG reports a change
+// or after the result's RequeueAfter.
+func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, ps *container.PodStatus, acts container.PodActions) container.SyncResult {
+	var res container.SyncResult
 	if ps == nil {
 		ps = &container.PodStatus{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}
 	}
-	acts := computePodActions(pod, ps, m.cfg.ProbeResults)
-
 	if acts.KillPod {
-		if acts.SandboxChanged {
-			m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
-		}
 		if err := m.KillPod(ctx, pod, ps, nil); err != nil {
 			res.Err = fmt.Errorf("kill pod %s: %w", podDesc(pod), err)
 			return res
@@ -35,7 +31,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 		}
 	}
 	for _, k := range acts.ContainersToKill {
-		if err := m.killContainer(ctx, pod, k.Spec, k.ID, newestSandboxIP(ps), k.Message, k.Reason, nil); err != nil {
+		if err := m.killContainer(ctx, pod, k.Spec, k.ID.ID, newestSandboxIP(ps), k.Message, k.Reason, nil); err != nil {
 			res.Err = errors.Join(res.Err, err)
 			return res
 		}
@@ -47,7 +43,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 		sandboxID, podIP, err = m.createSandbox(ctx, pod, acts.Attempt)
 		if err != nil {
 			res.Err = err
-			res.requeue(backoffInitial)
+			res.Requeue(backoffInitial)
 			return res
 		}
 	} else {

@@ -83,7 +83,7 @@ func TestContainerConfig(t *testing.T) {
 	if res := e.sync(pod); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	fc := e.rt.Containers[e.status(pod).ps.FindContainer("a").ID]
+	fc := e.rt.Containers[e.status(pod).ps.FindContainer("a").ID.ID]
 	// The fake runtime keeps labels and annotations but not the whole
 	// config, so check the config the manager generates for that start.
 	cfg, err := e.m.containerConfig(pod, c, 0, "192.168.192.168")
@@ -139,7 +139,7 @@ func TestHooksReachTheRuntime(t *testing.T) {
 		t.Fatal(res.Err)
 	}
 	v := e.status(pod)
-	if got := e.rt.Containers[v.ps.FindContainer("a").ID].LinuxResources.GetCpuShares(); got != 2 {
+	if got := e.rt.Containers[v.ps.FindContainer("a").ID.ID].LinuxResources.GetCpuShares(); got != 2 {
 		t.Fatalf("cpu shares = %d, want the PodCgroups hook's 2", got)
 	}
 	sbCfg := e.m.sandboxConfig(pod, 0)
@@ -173,7 +173,7 @@ func TestCrashLoopBackOff(t *testing.T) {
 	if v.attempts("a") != 2 || v.ps.FindContainer("a").RestartCount != 1 || v.state("a") != container.StateRunning {
 		t.Fatalf("after first crash: %d attempts, newest %+v", v.attempts("a"), v.ps.FindContainer("a"))
 	}
-	if e.rt.Containers[v.ps.FindContainer("a").ID].Annotations[annotationRestartCount] != "1" {
+	if e.rt.Containers[v.ps.FindContainer("a").ID.ID].Annotations[annotationRestartCount] != "1" {
 		t.Fatalf("restart count annotation not 1")
 	}
 
@@ -300,14 +300,14 @@ func TestSpecChangeRestarts(t *testing.T) {
 	e := newEnv(t)
 	pod := mkPod(v1.RestartPolicyAlways, nil, "a")
 	e.sync(pod)
-	old := e.status(pod).ps.FindContainer("a").ID
+	old := e.status(pod).ps.FindContainer("a").ID.ID
 	pod.Spec.Containers[0].Env = []v1.EnvVar{{Name: "X", Value: "2"}}
 	e.sync(pod)
 	if !e.rec.has("Normal Killing Container a definition changed, will be restarted") {
 		t.Fatalf("no Killing event:\n%s", e.rec)
 	}
 	v := e.status(pod)
-	if cur := v.ps.FindContainer("a"); cur.ID == old || cur.State != container.StateRunning || cur.RestartCount != 1 {
+	if cur := v.ps.FindContainer("a"); cur.ID.ID == old || cur.State != container.StateRunning || cur.RestartCount != 1 {
 		t.Fatalf("not restarted with the new spec: %+v", cur)
 	}
 	if to, ok := e.rt.timeout(old); !ok || to != 30 {
@@ -317,17 +317,18 @@ func TestSpecChangeRestarts(t *testing.T) {
 
 type liveStub struct{ id string }
 
-func (l *liveStub) LivenessFailed(id string) bool { return id == l.id }
-func (l *liveStub) StartupFailed(string) bool     { return false }
+func (l *liveStub) LivenessFailed(id container.ID) bool { return id.ID == l.id }
+func (l *liveStub) StartupFailed(container.ID) bool     { return false }
 
 func TestLivenessFailureRestarts(t *testing.T) {
 	probes := &liveStub{}
-	e := newEnv(t, func(c *Config) { c.ProbeResults = probes })
+	e := newEnv(t)
+	e.probes = probes
 	pod := mkPod(v1.RestartPolicyAlways, nil, "a")
 	grace := int64(7)
 	pod.Spec.Containers[0].LivenessProbe = &v1.Probe{TerminationGracePeriodSeconds: &grace}
 	e.sync(pod)
-	probes.id = e.status(pod).ps.FindContainer("a").ID
+	probes.id = e.status(pod).ps.FindContainer("a").ID.ID
 	e.sync(pod)
 	if !e.rec.has("Normal Killing Container a failed liveness probe, will be restarted") {
 		t.Fatalf("no Killing event:\n%s", e.rec)
@@ -335,7 +336,7 @@ func TestLivenessFailureRestarts(t *testing.T) {
 	if to, _ := e.rt.timeout(probes.id); to != 7 {
 		t.Fatalf("stop timeout = %d, want the probe's 7", to)
 	}
-	if cur := e.status(pod).ps.FindContainer("a"); cur.ID == probes.id || cur.State != container.StateRunning {
+	if cur := e.status(pod).ps.FindContainer("a"); cur.ID.ID == probes.id || cur.State != container.StateRunning {
 		t.Fatalf("not restarted: %+v", cur)
 	}
 }
@@ -371,7 +372,7 @@ func TestKillPodGracePeriod(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, c := range ps.Containers {
-				if to, ok := e.rt.timeout(c.ID); !ok || to != tc.want {
+				if to, ok := e.rt.timeout(c.ID.ID); !ok || to != tc.want {
 					t.Fatalf("%s stopped with %d (%v), want %d", c.Name, to, ok, tc.want)
 				}
 			}
@@ -412,7 +413,7 @@ func TestKillOrphanUsesRecordedGracePeriod(t *testing.T) {
 			t.Fatalf("stub=%v: preStop hook ran %d times, want once", stub, hooks)
 		}
 		for n, want := range map[string]int64{"a": 5, "b": 9} { // a: 9 less its 4s hook
-			if to, _ := e.rt.timeout(ps.FindContainer(n).ID); to != want {
+			if to, _ := e.rt.timeout(ps.FindContainer(n).ID.ID); to != want {
 				t.Fatalf("stub=%v: orphan container %s stopped with %d, want %d", stub, n, to, want)
 			}
 			if !e.rec.has("Normal Killing Stopping container " + n) {

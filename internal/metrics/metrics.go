@@ -4,6 +4,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -125,4 +127,22 @@ func NewKubelet(reg prometheus.Registerer, nodeName string) (*Kubelet, error) {
 	}
 	k.NodeName.WithLabelValues(nodeName).Set(1)
 	return k, nil
+}
+
+// ObserveSync records one pod worker step (op: "sync", "kill", ...) on
+// kubelet_pod_worker_duration_seconds.
+func (k *Kubelet) ObserveSync(op string, d time.Duration) {
+	k.PodWorkerDuration.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// ObservePodStart records a pod's start latency on
+// kubelet_pod_start_duration_seconds.
+func (k *Kubelet) ObservePodStart(d time.Duration) { k.PodStartDuration.Observe(d.Seconds()) }
+
+// SetCounts sets kubelet_running_pods and kubelet_running_containers.
+func (k *Kubelet) SetCounts(runningPods int, containers map[string]int) {
+	k.RunningPods.Set(float64(runningPods))
+	for state, n := range containers {
+		k.RunningContainers.WithLabelValues(state).Set(float64(n))
+	}
 }

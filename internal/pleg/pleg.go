@@ -134,7 +134,7 @@ func (p *PLEG) Relist(ctx context.Context) {
 			now[s.ID] = key{uid: pod.UID, sandbox: true, ready: s.State == runtimeapi.PodSandboxState_SANDBOX_READY}
 		}
 		for _, c := range pod.Containers {
-			now[c.ID] = key{uid: pod.UID, state: c.State}
+			now[c.ID.ID] = key{uid: pod.UID, state: c.State}
 		}
 	}
 	p.mu.Lock()

@@ -35,10 +35,10 @@ func TestRelistReportsStartsDeathsAndRemovals(t *testing.T) {
 		sandboxes  []*container.SandboxStatus
 		want       []Event
 	}{
-		{"created is not started", []*container.ContainerStatus{{ID: "c1", State: container.StateCreated}}, []*container.SandboxStatus{sb}, nil},
-		{"started", []*container.ContainerStatus{{ID: "c1", State: container.StateRunning}}, []*container.SandboxStatus{sb}, []Event{{"p", ContainerStarted, "c1"}}},
-		{"unchanged", []*container.ContainerStatus{{ID: "c1", State: container.StateRunning}}, []*container.SandboxStatus{sb}, nil},
-		{"died", []*container.ContainerStatus{{ID: "c1", State: container.StateExited}}, []*container.SandboxStatus{sb}, []Event{{"p", ContainerDied, "c1"}}},
+		{"created is not started", []*container.ContainerStatus{{ID: container.ID{Type: "test", ID: "c1"}, State: container.StateCreated}}, []*container.SandboxStatus{sb}, nil},
+		{"started", []*container.ContainerStatus{{ID: container.ID{Type: "test", ID: "c1"}, State: container.StateRunning}}, []*container.SandboxStatus{sb}, []Event{{"p", ContainerStarted, "c1"}}},
+		{"unchanged", []*container.ContainerStatus{{ID: container.ID{Type: "test", ID: "c1"}, State: container.StateRunning}}, []*container.SandboxStatus{sb}, nil},
+		{"died", []*container.ContainerStatus{{ID: container.ID{Type: "test", ID: "c1"}, State: container.StateExited}}, []*container.SandboxStatus{sb}, []Event{{"p", ContainerDied, "c1"}}},
 		{"removed and sandbox gone", nil, nil, []Event{{"p", ContainerRemoved, "c1"}, {"p", SandboxChanged, "s1"}}},
 	}
 	for _, s := range steps {
@@ -59,7 +59,7 @@ func TestRelistReportsStartsDeathsAndRemovals(t *testing.T) {
 func TestFirstRelistReportsExitedContainersSoTheirPodsSync(t *testing.T) {
 	// After an agent restart, containers that died while it was away must
 	// still reach the sync loop.
-	l := &listing{pods: []*container.Pod{{UID: "p", Containers: []*container.ContainerStatus{{ID: "c1", State: container.StateExited}}}}}
+	l := &listing{pods: []*container.Pod{{UID: "p", Containers: []*container.ContainerStatus{{ID: container.ID{Type: "test", ID: "c1"}, State: container.StateExited}}}}}
 	p := New(Config{Lister: l})
 	p.Relist(context.Background())
 	got := drain(p)

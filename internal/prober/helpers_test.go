@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minilet/minilet/internal/container"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,7 +25,7 @@ import (
 // runtime's ExecSync does; the container ID is ignored.
 type hostExecer struct{}
 
-func (hostExecer) ExecSync(ctx context.Context, _ string, cmd []string, timeout time.Duration) ([]byte, []byte, int32, error) {
+func (hostExecer) ExecSync(ctx context.Context, _ container.ID, cmd []string, timeout time.Duration) ([]byte, []byte, int32, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c := osexec.CommandContext(ctx, cmd[0], cmd[1:]...)
@@ -76,7 +77,7 @@ func (s *scriptedExecer) left() (queued, calls, unexpected int) {
 	return len(s.queue), s.calls, s.unexpected
 }
 
-func (s *scriptedExecer) ExecSync(ctx context.Context, id string, _ []string, timeout time.Duration) ([]byte, []byte, int32, error) {
+func (s *scriptedExecer) ExecSync(ctx context.Context, id container.ID, _ []string, timeout time.Duration) ([]byte, []byte, int32, error) {
 	s.mu.Lock()
 	s.calls++
 	if len(s.queue) == 0 {
@@ -246,3 +247,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// tid is the typed form of the "test://<id>" container IDs the tests use.
+func tid(id string) container.ID { return container.ID{Type: "test", ID: id} }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minilet/minilet/internal/container"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -27,7 +28,7 @@ type started struct {
 }
 
 func startManager(t *testing.T, execer interface {
-	ExecSync(context.Context, string, []string, time.Duration) ([]byte, []byte, int32, error)
+	ExecSync(context.Context, container.ID, []string, time.Duration) ([]byte, []byte, int32, error)
 }) *started {
 	t.Helper()
 	s := &started{clk: clocktesting.NewFakeClock(epoch), status: &fakeStatus{}, rec: &recorder{}}
@@ -79,16 +80,16 @@ func TestHTTPReadinessFlipsBothWays(t *testing.T) {
 		PeriodSeconds: 1, FailureThreshold: 1, TimeoutSeconds: 10,
 		ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(int32(port))}},
 	}})
-	s.status.set(pod.UID, running(s.clk.Now(), "app", "cid-1"))
+	s.status.set(pod.UID, running(s.clk.Now(), "app", "test://cid-1"))
 	if err := s.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	s.await(t, "ready", is(Readiness, "cid-1", Success))
+	s.await(t, "ready", is(Readiness, "test://cid-1", Success))
 	code.Store(http.StatusServiceUnavailable)
-	s.await(t, "not ready", is(Readiness, "cid-1", Failure))
+	s.await(t, "not ready", is(Readiness, "test://cid-1", Failure))
 	code.Store(http.StatusOK)
-	s.await(t, "ready again", is(Readiness, "cid-1", Success))
-	if s.m.LivenessFailed("cid-1") {
+	s.await(t, "ready again", is(Readiness, "test://cid-1", Success))
+	if s.m.LivenessFailed(tid("cid-1")) {
 		t.Fatal("readiness must never ask for a restart")
 	}
 	for _, e := range s.rec.list() {
@@ -109,16 +110,16 @@ func TestExecLivenessFailureRestarts(t *testing.T) {
 		ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c", "test -f $(HEALTH) || { echo missing $(HEALTH); exit 1; }"}}},
 	}, Env: []v1.EnvVar{{Name: "HEALTH", Value: health}}}
 	pod := newPod("uid-1", c)
-	s.status.set(pod.UID, running(s.clk.Now(), "app", "cid-1"))
+	s.status.set(pod.UID, running(s.clk.Now(), "app", "test://cid-1"))
 	if err := s.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	s.await(t, "initial liveness", is(Liveness, "cid-1", Success))
+	s.await(t, "initial liveness", is(Liveness, "test://cid-1", Success))
 	if err := os.Remove(health); err != nil {
 		t.Fatal(err)
 	}
-	s.await(t, "liveness failure", is(Liveness, "cid-1", Failure))
-	kill, msg, _ := s.m.KillReason(&c, "cid-1")
+	s.await(t, "liveness failure", is(Liveness, "test://cid-1", Failure))
+	kill, msg, _ := s.m.KillReason(&c, "test://cid-1")
 	if !kill || msg != "Container app failed liveness probe, will be restarted" {
 		t.Fatalf("KillReason = %v %q", kill, msg)
 	}
@@ -136,9 +137,9 @@ func TestExecLivenessFailureRestarts(t *testing.T) {
 	if err := os.WriteFile(health, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.status.set(pod.UID, running(s.clk.Now(), "app", "cid-2"))
-	s.await(t, "the new container's liveness", is(Liveness, "cid-2", Success))
-	if s.m.LivenessFailed("cid-2") || s.m.LivenessFailed("cid-1") {
+	s.status.set(pod.UID, running(s.clk.Now(), "app", "test://cid-2"))
+	s.await(t, "the new container's liveness", is(Liveness, "test://cid-2", Success))
+	if s.m.LivenessFailed(tid("cid-2")) || s.m.LivenessFailed(tid("cid-1")) {
 		t.Fatal("nothing should be failed after the restart")
 	}
 }
@@ -149,7 +150,7 @@ type loggingExecer struct {
 	ran []string
 }
 
-func (l *loggingExecer) ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, []byte, int32, error) {
+func (l *loggingExecer) ExecSync(ctx context.Context, id container.ID, cmd []string, timeout time.Duration) ([]byte, []byte, int32, error) {
 	l.mu.Lock()
 	l.ran = append(l.ran, cmd[len(cmd)-1])
 	l.mu.Unlock()
@@ -173,7 +174,7 @@ func TestStartupProtectsSlowStarter(t *testing.T) {
 		StartupProbe:  &v1.Probe{PeriodSeconds: 1, FailureThreshold: 1000, TimeoutSeconds: 10, ProbeHandler: check("startup")},
 		LivenessProbe: &v1.Probe{PeriodSeconds: 1, FailureThreshold: 1, TimeoutSeconds: 10, ProbeHandler: check("liveness")},
 	})
-	s.status.set(pod.UID, running(s.clk.Now(), "app", "cid-1"))
+	s.status.set(pod.UID, running(s.clk.Now(), "app", "test://cid-1"))
 	if err := s.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
@@ -187,13 +188,13 @@ func TestStartupProtectsSlowStarter(t *testing.T) {
 			t.Fatalf("the liveness probe ran before the container started: %q", ex.log())
 		}
 	}
-	if s.m.LivenessFailed("cid-1") || s.m.StartupFailed("cid-1") {
+	if s.m.LivenessFailed(tid("cid-1")) || s.m.StartupFailed(tid("cid-1")) {
 		t.Fatal("a slow starter must not be killed")
 	}
 	if err := os.WriteFile(ready, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	seen := s.await(t, "started", is(Startup, "cid-1", Success))
+	seen := s.await(t, "started", is(Startup, "test://cid-1", Success))
 	for _, u := range seen {
 		if u.Kind == Liveness && u.Result == Failure {
 			t.Fatalf("liveness failed during startup: %+v", seen)
@@ -208,7 +209,7 @@ func TestStartupProtectsSlowStarter(t *testing.T) {
 		}
 		return false
 	})
-	if s.m.LivenessFailed("cid-1") {
+	if s.m.LivenessFailed(tid("cid-1")) {
 		t.Fatal("the started container is alive")
 	}
 }
@@ -224,13 +225,13 @@ func TestTerminatingPodKeepsReadiness(t *testing.T) {
 		ReadinessProbe: &v1.Probe{PeriodSeconds: 1, TimeoutSeconds: 10, ProbeHandler: h},
 		LivenessProbe:  &v1.Probe{PeriodSeconds: 1, TimeoutSeconds: 10, ProbeHandler: h},
 	})
-	s.status.set(pod.UID, running(s.clk.Now(), "app", "cid-1"))
+	s.status.set(pod.UID, running(s.clk.Now(), "app", "test://cid-1"))
 	if err := s.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	s.await(t, "ready", is(Readiness, "cid-1", Success))
+	s.await(t, "ready", is(Readiness, "test://cid-1", Success))
 	s.m.StopLivenessAndStartup(pod)
-	if _, ok := s.m.Get(Liveness, "cid-1"); ok {
+	if _, ok := s.m.Get(Liveness, "test://cid-1"); ok {
 		t.Fatal("liveness should be gone once the pod terminates")
 	}
 	before := hits.Load()
@@ -238,11 +239,11 @@ func TestTerminatingPodKeepsReadiness(t *testing.T) {
 		s.clk.Step(time.Second)
 		return hits.Load() >= before+3
 	})
-	if r, _ := s.m.Get(Readiness, "cid-1"); r != Success {
+	if r, _ := s.m.Get(Readiness, "test://cid-1"); r != Success {
 		t.Fatalf("readiness = %v while terminating, want Success", r)
 	}
 	s.m.RemovePod(pod)
-	if _, ok := s.m.Get(Readiness, "cid-1"); ok {
+	if _, ok := s.m.Get(Readiness, "test://cid-1"); ok {
 		t.Fatal("RemovePod should forget readiness")
 	}
 }

@@ -91,12 +91,12 @@ func TestProbedContainers(t *testing.T) {
 		t.Fatalf("workers = %v, want app readiness and sidecar liveness", h.m.workers)
 	}
 	w := h.worker(t, pod, "sidecar", Liveness)
-	s := v1.PodStatus{Phase: v1.PodRunning, InitContainerStatuses: running(h.clk.Now(), "sidecar", "cid-s").ContainerStatuses}
+	s := v1.PodStatus{Phase: v1.PodRunning, InitContainerStatuses: running(h.clk.Now(), "sidecar", "test://cid-s").ContainerStatuses}
 	h.status.set(pod.UID, s)
 	h.step(t, w, fail)
 	h.step(t, w, fail)
 	h.step(t, w, fail)
-	if !h.m.LivenessFailed("cid-s") {
+	if !h.m.LivenessFailed(tid("cid-s")) {
 		t.Fatal("the sidecar's liveness probe should have failed")
 	}
 }
@@ -130,9 +130,9 @@ func TestUpdatePodStatus(t *testing.T) {
 				t.Fatal(err)
 			}
 			for k, r := range tt.results {
-				h.m.setResult(h.worker(t, pod, "app", k), "cid-1", r)
+				h.m.setResult(h.worker(t, pod, "app", k), "test://cid-1", r)
 			}
-			s := running(h.clk.Now(), "app", "cid-1")
+			s := running(h.clk.Now(), "app", "test://cid-1")
 			if tt.notRunning {
 				s.ContainerStatuses[0].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}}
 			}
@@ -154,10 +154,10 @@ func TestUpdatePodStatusInitContainers(t *testing.T) {
 	if err := h.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	s := running(h.clk.Now(), "app", "cid-1")
+	s := running(h.clk.Now(), "app", "test://cid-1")
 	s.InitContainerStatuses = []v1.ContainerStatus{
-		{Name: "setup", ContainerID: "cid-i", State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}}},
-		running(h.clk.Now(), "sidecar", "cid-s").ContainerStatuses[0],
+		{Name: "setup", ContainerID: "test://cid-i", State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}}},
+		running(h.clk.Now(), "sidecar", "test://cid-s").ContainerStatuses[0],
 	}
 	h.m.UpdatePodStatus(pod, &s)
 	if !s.InitContainerStatuses[0].Ready {
@@ -166,7 +166,7 @@ func TestUpdatePodStatusInitContainers(t *testing.T) {
 	if s.InitContainerStatuses[1].Ready {
 		t.Error("a sidecar whose readiness probe has not run is not ready")
 	}
-	h.m.setResult(h.worker(t, pod, "sidecar", Readiness), "cid-s", Success)
+	h.m.setResult(h.worker(t, pod, "sidecar", Readiness), "test://cid-s", Success)
 	h.m.UpdatePodStatus(pod, &s)
 	if !s.InitContainerStatuses[1].Ready || !ptr.Deref(s.InitContainerStatuses[1].Started, false) {
 		t.Error("a started sidecar with a successful readiness probe is ready")
@@ -186,7 +186,7 @@ func TestUpdatePodStatusTriggersFirstReadinessProbe(t *testing.T) {
 	h.m.sched.mu.Lock()
 	h.m.sched.pushLocked(w, h.clk.Now().Add(time.Minute)) // as if it had just run
 	h.m.sched.mu.Unlock()
-	s := running(h.clk.Now(), "app", "cid-1")
+	s := running(h.clk.Now(), "app", "test://cid-1")
 	h.m.UpdatePodStatus(pod, &s)
 	h.m.sched.mu.Lock()
 	due := w.due
@@ -198,14 +198,14 @@ func TestUpdatePodStatusTriggersFirstReadinessProbe(t *testing.T) {
 
 func TestLastReadinessSurvivesRestart(t *testing.T) {
 	h := newHarness(t)
-	h.m.cfg.LastReadiness = func(id string) bool { return id == "cid-1" }
+	h.m.cfg.LastReadiness = func(id string) bool { return id == "test://cid-1" }
 	p := execProbe()
 	p.FailureThreshold = 2
 	pod := newPod("uid-1", v1.Container{Name: "app", ReadinessProbe: p})
 	if err := h.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	s := running(h.clk.Now(), "app", "cid-1")
+	s := running(h.clk.Now(), "app", "test://cid-1")
 	h.status.set(pod.UID, s)
 	h.m.UpdatePodStatus(pod, &s)
 	if !s.ContainerStatuses[0].Ready {
@@ -213,11 +213,11 @@ func TestLastReadinessSurvivesRestart(t *testing.T) {
 	}
 	w := h.worker(t, pod, "app", Readiness)
 	h.step(t, w, fail)
-	if r, _ := h.m.Get(Readiness, "cid-1"); r != Success {
+	if r, _ := h.m.Get(Readiness, "test://cid-1"); r != Success {
 		t.Fatalf("readiness = %v after one failure of two, want Success", r)
 	}
 	h.step(t, w, fail)
-	if r, _ := h.m.Get(Readiness, "cid-1"); r != Failure {
+	if r, _ := h.m.Get(Readiness, "test://cid-1"); r != Failure {
 		t.Fatalf("readiness = %v, want Failure", r)
 	}
 }
@@ -234,18 +234,18 @@ func TestRemoveAndCleanup(t *testing.T) {
 		if err := h.m.AddPod(pod); err != nil {
 			t.Fatal(err)
 		}
-		h.m.setResult(h.worker(t, pod, "app", Liveness), "cid-"+string(pod.UID), Failure)
+		h.m.setResult(h.worker(t, pod, "app", Liveness), "test://cid-"+string(pod.UID), Failure)
 	}
 	h.m.StopLivenessAndStartup(a)
 	if _, ok := h.m.workers[probeKey{a.UID, "app", Readiness}]; !ok || len(h.m.workers) != 7 {
 		t.Fatalf("after StopLivenessAndStartup only a's readiness probe should be left of a's (workers %d)", len(h.m.workers))
 	}
-	if h.m.LivenessFailed("cid-a") {
+	if h.m.LivenessFailed(tid("cid-a")) {
 		t.Fatal("a stopped liveness probe leaves no result")
 	}
 	h.m.RemovePod(a)
 	h.m.CleanupPods(map[types.UID]struct{}{"b": {}})
-	if len(h.m.workers) != 3 || !h.m.LivenessFailed("cid-b") || h.m.LivenessFailed("cid-c") {
+	if len(h.m.workers) != 3 || !h.m.LivenessFailed(tid("cid-b")) || h.m.LivenessFailed(tid("cid-c")) {
 		t.Fatalf("after cleanup only b's probes should be left (workers %d)", len(h.m.workers))
 	}
 	if n := h.m.sched.scheduled(); n != 3 {
@@ -262,16 +262,16 @@ func TestKillReason(t *testing.T) {
 	if err := h.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	if kill, _, _ := h.m.KillReason(&c, "cid-1"); kill {
+	if kill, _, _ := h.m.KillReason(&c, "test://cid-1"); kill {
 		t.Fatal("nothing failed yet")
 	}
-	h.m.setResult(h.worker(t, pod, "app", Startup), "cid-1", Failure)
-	kill, msg, grace := h.m.KillReason(&c, "cid-1")
+	h.m.setResult(h.worker(t, pod, "app", Startup), "test://cid-1", Failure)
+	kill, msg, grace := h.m.KillReason(&c, "test://cid-1")
 	if !kill || msg != "Container app failed startup probe, will be restarted" || grace != nil {
 		t.Fatalf("startup: %v %q %v", kill, msg, grace)
 	}
-	h.m.setResult(h.worker(t, pod, "app", Liveness), "cid-1", Failure)
-	kill, msg, grace = h.m.KillReason(&c, "cid-1")
+	h.m.setResult(h.worker(t, pod, "app", Liveness), "test://cid-1", Failure)
+	kill, msg, grace = h.m.KillReason(&c, "test://cid-1")
 	if !kill || msg != "Container app failed liveness probe, will be restarted" || ptr.Deref(grace, 0) != 7 {
 		t.Fatalf("liveness: %v %q %v", kill, msg, grace)
 	}
@@ -324,7 +324,7 @@ func TestMetrics(t *testing.T) {
 	if err := m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	h.status.set(pod.UID, running(h.clk.Now(), "app", "cid-1"))
+	h.status.set(pod.UID, running(h.clk.Now(), "app", "test://cid-1"))
 	w := h.worker(t, pod, "app", Liveness)
 	h.step(t, w, pass)
 	h.step(t, w, fail)

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/minilet/minilet/internal/podspec"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -15,7 +16,7 @@ func probedContainers(pod *v1.Pod) []probedContainer {
 	var out []probedContainer
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		if isRestartable(c) {
+		if podspec.IsSidecar(c) {
 			out = append(out, probedContainer{c: c, init: true, path: fieldPath("spec.initContainers", i)})
 		}
 	}
@@ -29,10 +30,6 @@ type probedContainer struct {
 	c    *v1.Container
 	init bool
 	path string
-}
-
-func isRestartable(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
 func probeOf(c *v1.Container, k Kind) *v1.Probe {
@@ -141,7 +138,7 @@ func (m *Manager) UpdatePodStatus(pod *v1.Pod, s *v1.PodStatus) {
 	for i := range s.InitContainerStatuses {
 		cs := &s.InitContainerStatuses[i]
 		c, ok := inits[cs.Name]
-		if ok && !isRestartable(c) {
+		if ok && !podspec.IsSidecar(c) {
 			started := cs.State.Running != nil
 			cs.Started = &started
 			if cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 {

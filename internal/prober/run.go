@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/prober/probe"
@@ -76,8 +77,12 @@ func (m *Manager) runHandler(ctx context.Context, w *worker, status *v1.PodStatu
 		if m.cfg.Execer == nil {
 			return probe.Unknown, "", fmt.Errorf("exec probe: no Execer configured: %w", errdefs.ErrUnavailable)
 		}
+		id, err := container.ParseID(w.containerID)
+		if err != nil {
+			return probe.Unknown, "", fmt.Errorf("exec probe: %w", err)
+		}
 		cmd := expandCommand(p.Exec.Command, c.Env)
-		return exec.Probe(ctx, m.cfg.Execer, w.containerID, cmd, timeout)
+		return exec.Probe(ctx, m.cfg.Execer, id, cmd, timeout)
 	case p.HTTPGet != nil:
 		req, err := httpprobe.NewRequest(p.HTTPGet, c, status.PodIP)
 		if err != nil {

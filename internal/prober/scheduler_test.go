@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minilet/minilet/internal/container"
 	v1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -21,7 +22,7 @@ type gateExecer struct {
 	total   int
 }
 
-func (g *gateExecer) ExecSync(ctx context.Context, _ string, _ []string, _ time.Duration) ([]byte, []byte, int32, error) {
+func (g *gateExecer) ExecSync(ctx context.Context, _ container.ID, _ []string, _ time.Duration) ([]byte, []byte, int32, error) {
 	g.mu.Lock()
 	g.now++
 	g.total++
@@ -58,7 +59,7 @@ func TestMaxInFlight(t *testing.T) {
 	clk.Step(time.Minute) // not a fresh agent: every probe is due at once
 	for i := 0; i < 5; i++ {
 		pod := newPod(fmt.Sprintf("uid-%d", i), v1.Container{Name: "app", LivenessProbe: execProbe()})
-		st.set(pod.UID, running(clk.Now(), "app", fmt.Sprintf("cid-%d", i)))
+		st.set(pod.UID, running(clk.Now(), "app", fmt.Sprintf("test://cid-%d", i)))
 		if err := m.AddPod(pod); err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +85,7 @@ func TestTriggerWhileRunningRunsAgain(t *testing.T) {
 	t.Cleanup(func() { cancel(); m.Stop() })
 	clk.Step(time.Minute)
 	pod := newPod("uid-1", v1.Container{Name: "app", ReadinessProbe: execProbe()})
-	s := running(clk.Now(), "app", "cid-1")
+	s := running(clk.Now(), "app", "test://cid-1")
 	st.set(pod.UID, s)
 	if err := m.AddPod(pod); err != nil {
 		t.Fatal(err)

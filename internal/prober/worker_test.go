@@ -87,13 +87,13 @@ func TestThresholdsAndHold(t *testing.T) {
 			if err := h.m.AddPod(pod); err != nil {
 				t.Fatal(err)
 			}
-			h.status.set(pod.UID, running(h.clk.Now(), "app", "cid-1"))
+			h.status.set(pod.UID, running(h.clk.Now(), "app", "test://cid-1"))
 			w := h.worker(t, pod, "app", tt.kind)
 			for i, s := range tt.steps {
 				if !h.step(t, w, s.probes...) {
 					t.Fatalf("step %d: worker stopped", i)
 				}
-				if got, ok := h.m.Get(tt.kind, "cid-1"); !ok || got != s.want {
+				if got, ok := h.m.Get(tt.kind, "test://cid-1"); !ok || got != s.want {
 					t.Fatalf("step %d: result = %v (present %v), want %v", i, got, ok, s.want)
 				}
 			}
@@ -110,25 +110,25 @@ func TestNewContainerResetsResultAndHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := h.worker(t, pod, "app", Liveness)
-	h.status.set(pod.UID, running(h.clk.Now(), "app", "cid-1"))
+	h.status.set(pod.UID, running(h.clk.Now(), "app", "test://cid-1"))
 	h.step(t, w, fail)
-	if !h.m.LivenessFailed("cid-1") {
-		t.Fatal("cid-1 should have failed its liveness probe")
+	if !h.m.LivenessFailed(tid("cid-1")) {
+		t.Fatal("test://cid-1 should have failed its liveness probe")
 	}
 	h.step(t, w) // on hold: no probe
 
 	// The runtime replaced the container.
-	h.status.set(pod.UID, running(h.clk.Now(), "app", "cid-2"))
+	h.status.set(pod.UID, running(h.clk.Now(), "app", "test://cid-2"))
 	h.step(t, w, pass)
-	if h.m.LivenessFailed("cid-1") || h.m.LivenessFailed("cid-2") {
+	if h.m.LivenessFailed(tid("cid-1")) || h.m.LivenessFailed(tid("cid-2")) {
 		t.Fatal("after the restart nothing should be failed")
 	}
-	if _, ok := h.m.Get(Liveness, "cid-1"); ok {
+	if _, ok := h.m.Get(Liveness, "test://cid-1"); ok {
 		t.Fatal("the old container's result should be gone")
 	}
 	h.step(t, w, fail) // probing again: the hold is cleared
-	if !h.m.LivenessFailed("cid-2") {
-		t.Fatal("cid-2 should have failed")
+	if !h.m.LivenessFailed(tid("cid-2")) {
+		t.Fatal("test://cid-2 should have failed")
 	}
 }
 
@@ -138,7 +138,7 @@ func TestStartupGatesLivenessAndReadiness(t *testing.T) {
 	if err := h.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	h.status.set(pod.UID, running(h.clk.Now(), "app", "cid-1"))
+	h.status.set(pod.UID, running(h.clk.Now(), "app", "test://cid-1"))
 	live, ready, startup := h.worker(t, pod, "app", Liveness), h.worker(t, pod, "app", Readiness), h.worker(t, pod, "app", Startup)
 
 	h.step(t, live) // not started: no probe
@@ -149,7 +149,7 @@ func TestStartupGatesLivenessAndReadiness(t *testing.T) {
 	h.step(t, live, pass)
 	h.step(t, ready, pass)
 	h.step(t, startup) // started: startup rests
-	if r, _ := h.m.Get(Readiness, "cid-1"); r != Success {
+	if r, _ := h.m.Get(Readiness, "test://cid-1"); r != Success {
 		t.Fatalf("readiness = %v, want Success", r)
 	}
 }
@@ -162,7 +162,7 @@ func TestInitialDelay(t *testing.T) {
 	if err := h.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	s := running(h.clk.Now(), "app", "cid-1")
+	s := running(h.clk.Now(), "app", "test://cid-1")
 	s.ContainerStatuses[0].State.Running.StartedAt = metav1.NewTime(h.clk.Now())
 	h.status.set(pod.UID, s)
 	w := h.worker(t, pod, "app", Liveness)
@@ -187,14 +187,14 @@ func TestPodStates(t *testing.T) {
 	}{
 		{"pod not known yet", Liveness, false, v1.RestartPolicyAlways, nil, true, Unknown, false},
 		{"pod succeeded: worker exits", Readiness, false, v1.RestartPolicyAlways, func() v1.PodStatus {
-			s := running(now, "app", "cid-1")
+			s := running(now, "app", "test://cid-1")
 			s.Phase = v1.PodSucceeded
 			return s
 		}, false, Unknown, false},
 		{"no container ID yet", Readiness, false, v1.RestartPolicyAlways, func() v1.PodStatus {
 			return v1.PodStatus{Phase: v1.PodPending, ContainerStatuses: []v1.ContainerStatus{{Name: "app"}}}
 		}, true, Unknown, false},
-		{"deleted pod: liveness reports success and stops", Liveness, true, v1.RestartPolicyAlways, func() v1.PodStatus { return running(now, "app", "cid-1") }, false, Success, true},
+		{"deleted pod: liveness reports success and stops", Liveness, true, v1.RestartPolicyAlways, func() v1.PodStatus { return running(now, "app", "test://cid-1") }, false, Success, true},
 		{"exited container that will restart: failure, keep going", Readiness, false, v1.RestartPolicyAlways, func() v1.PodStatus { return exited(now) }, true, Failure, true},
 		{"exited container that will not restart: failure, stop", Readiness, false, v1.RestartPolicyNever, func() v1.PodStatus { return exited(now) }, false, Failure, true},
 	}
@@ -222,7 +222,7 @@ func TestPodStates(t *testing.T) {
 			if keep := h.step(t, w); keep != tt.wantKeep {
 				t.Fatalf("keepGoing = %v, want %v", keep, tt.wantKeep)
 			}
-			if got, ok := h.m.Get(tt.kind, "cid-1"); ok != tt.wantOK || got != tt.want {
+			if got, ok := h.m.Get(tt.kind, "test://cid-1"); ok != tt.wantOK || got != tt.want {
 				t.Fatalf("result = %v (present %v), want %v (present %v)", got, ok, tt.want, tt.wantOK)
 			}
 		})
@@ -230,7 +230,7 @@ func TestPodStates(t *testing.T) {
 }
 
 func exited(now time.Time) v1.PodStatus {
-	s := running(now, "app", "cid-1")
+	s := running(now, "app", "test://cid-1")
 	s.ContainerStatuses[0].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1}}
 	return s
 }
@@ -241,12 +241,12 @@ func TestEvents(t *testing.T) {
 	if err := h.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	h.status.set(pod.UID, running(h.clk.Now(), "app", "cid-1"))
+	h.status.set(pod.UID, running(h.clk.Now(), "app", "test://cid-1"))
 	h.step(t, h.worker(t, pod, "app", Liveness), fail)
 	h.step(t, h.worker(t, pod, "app", Readiness), errs, errs, errs)
 	want := []string{
 		"Warning Unhealthy Liveness probe failed: probe said no\n",
-		"Warning Unhealthy Readiness probe errored and resulted in unknown state: exec probe in container cid-1: runtime is down",
+		"Warning Unhealthy Readiness probe errored and resulted in unknown state: exec probe in container test://cid-1: runtime is down",
 	}
 	got := h.rec.list()
 	if len(got) != len(want) {
@@ -288,10 +288,10 @@ func TestHTTPProbeThroughManager(t *testing.T) {
 	if err := h.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	h.status.set(pod.UID, running(h.clk.Now(), "app", "cid-1", "side", "cid-2"))
+	h.status.set(pod.UID, running(h.clk.Now(), "app", "test://cid-1", "side", "test://cid-2"))
 	h.m.doProbe(context.Background(), h.worker(t, pod, "app", Readiness))
 	h.m.doProbe(context.Background(), h.worker(t, pod, "side", Readiness))
-	for _, id := range []string{"cid-1", "cid-2"} {
+	for _, id := range []string{"test://cid-1", "test://cid-2"} {
 		if r, _ := h.m.Get(Readiness, id); r != Success {
 			t.Errorf("%s readiness = %v, want Success", id, r)
 		}

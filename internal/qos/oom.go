@@ -1,6 +1,9 @@
 package qos
 
-import v1 "k8s.io/api/core/v1"
+import (
+	"github.com/minilet/minilet/internal/podspec"
+	v1 "k8s.io/api/core/v1"
+)
 
 // OOM score adjustments of the kubelet's policy.
 const (
@@ -56,7 +59,7 @@ func isSidecar(pod *v1.Pod, c *v1.Container) bool {
 	for i := range pod.Spec.InitContainers {
 		ic := &pod.Spec.InitContainers[i]
 		if ic.Name == c.Name {
-			return ic.RestartPolicy != nil && *ic.RestartPolicy == v1.ContainerRestartPolicyAlways
+			return podspec.IsSidecar(ic)
 		}
 	}
 	return false

@@ -1,6 +1,7 @@
 package qos
 
 import (
+	"github.com/minilet/minilet/internal/podspec"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -42,7 +43,7 @@ func podAggregate(pod *v1.Pod, get func(*v1.Container) v1.ResourceList) v1.Resou
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		var need v1.ResourceList
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+		if podspec.IsSidecar(c) {
 			// A sidecar keeps running next to the app containers.
 			addList(out, get(c))
 			addList(sidecars, get(c))

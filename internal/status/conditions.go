@@ -10,6 +10,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minilet/minilet/internal/container"
+	"github.com/minilet/minilet/internal/podspec"
 )
 
 // Condition reasons, in the kubelet's words.
@@ -79,7 +80,7 @@ func initializedCondition(pod *v1.Pod, s *v1.PodStatus) v1.PodCondition {
 		switch {
 		case cs == nil:
 			unknown = append(unknown, c.Name)
-		case isSidecar(c):
+		case podspec.IsSidecar(c):
 			if cs.State.Running == nil || cs.Started == nil || !*cs.Started {
 				incomplete = append(incomplete, c.Name)
 			}
@@ -109,7 +110,7 @@ func containersReadyCondition(pod *v1.Pod, s *v1.PodStatus) v1.PodCondition {
 		}
 	}
 	for i := range pod.Spec.InitContainers {
-		if isSidecar(&pod.Spec.InitContainers[i]) {
+		if podspec.IsSidecar(&pod.Spec.InitContainers[i]) {
 			check(pod.Spec.InitContainers[i].Name, s.InitContainerStatuses)
 		}
 	}

@@ -7,11 +7,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/minilet/minilet/internal/container"
+	"github.com/minilet/minilet/internal/podspec"
 )
 
 // containerStatuses builds one status per spec container, in spec order.
 func (g Generator) containerStatuses(specs []v1.Container, rs *container.PodStatus, prev []v1.ContainerStatus,
-	waiting map[string]Waiting, isInit, hasInit bool) []v1.ContainerStatus {
+	waiting map[string]container.Waiting, isInit, hasInit bool) []v1.ContainerStatus {
 	if len(specs) == 0 {
 		return nil
 	}
@@ -31,7 +32,7 @@ func (g Generator) containerStatuses(specs []v1.Container, rs *container.PodStat
 		if isInit && g.Probes == nil {
 			// Without a prober: a finished init container is ready, a
 			// sidecar is ready while it runs.
-			if isSidecar(spec) {
+			if podspec.IsSidecar(spec) {
 				cs.Ready = cs.State.Running != nil
 			} else {
 				cs.Ready = cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0
@@ -67,7 +68,7 @@ func (g Generator) containerStatus(spec *v1.Container, attempts []*container.Con
 		Name:         spec.Name,
 		Image:        spec.Image,
 		ImageID:      cur.ImageRef,
-		ContainerID:  g.containerID(cur.ID),
+		ContainerID:  cur.ID.String(),
 		RestartCount: int32(cur.RestartCount),
 		State:        g.state(cur),
 	}
@@ -83,14 +84,6 @@ func (g Generator) containerStatus(spec *v1.Container, attempts []*container.Con
 	started := running && g.Probes == nil
 	cs.Started = &started
 	return cs
-}
-
-func (g Generator) containerID(id string) string {
-	name := g.RuntimeName
-	if name == "" {
-		name = "minilet"
-	}
-	return name + "://" + id
 }
 
 func (g Generator) state(c *container.ContainerStatus) v1.ContainerState {
@@ -111,7 +104,7 @@ func (g Generator) state(c *container.ContainerStatus) v1.ContainerState {
 			Message:     c.Message,
 			StartedAt:   metav1.NewTime(c.StartedAt),
 			FinishedAt:  metav1.NewTime(c.FinishedAt),
-			ContainerID: g.containerID(c.ID),
+			ContainerID: c.ID.String(),
 		}}
 	default:
 		return v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}}
@@ -146,8 +139,4 @@ func findStatus(list []v1.ContainerStatus, name string) *v1.ContainerStatus {
 		}
 	}
 	return nil
-}
-
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }

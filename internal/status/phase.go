@@ -1,6 +1,7 @@
 package status
 
 import (
+	"github.com/minilet/minilet/internal/podspec"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -21,7 +22,7 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		cs := findStatus(initStatuses, c.Name)
-		if isSidecar(c) {
+		if podspec.IsSidecar(c) {
 			if cs == nil || cs.State.Running == nil || cs.Started == nil || !*cs.Started {
 				if cs == nil || cs.LastTerminationState.Terminated == nil && cs.State.Terminated == nil {
 					pendingSidecars++

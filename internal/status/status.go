@@ -14,15 +14,6 @@ import (
 	"github.com/minilet/minilet/internal/container"
 )
 
-// Waiting is why a container that should run is not running, as the
-// runtime manager's last sync found it (CrashLoopBackOff, ErrImagePull,
-// CreateContainerConfigError, ...). It overrides the container's state in
-// the generated status.
-type Waiting struct {
-	Reason  string
-	Message string
-}
-
 // ProbeStatus lets the prober fill in the ready and started fields of
 // container statuses. The kubelet's prober manager has the same method.
 type ProbeStatus interface {
@@ -37,9 +28,6 @@ const (
 
 // Generator holds what stays the same from one status to the next.
 type Generator struct {
-	// RuntimeName prefixes container IDs: "<RuntimeName>://<id>"
-	// (e.g. "containerd"). Default "minilet".
-	RuntimeName string
 	// HostIP is the node's IP, reported as status.hostIP. Default: the
 	// previous status's hostIP.
 	HostIP string
@@ -52,7 +40,7 @@ type Generator struct {
 // nothing of the pod yet), prev may be nil (first sync), waiting may be
 // nil. A pod whose previous phase was terminal (Succeeded or Failed) keeps
 // that phase, as the kubelet never leaves a terminal phase.
-func (g Generator) Generate(pod *v1.Pod, rs *container.PodStatus, prev *v1.PodStatus, waiting map[string]Waiting, now time.Time) v1.PodStatus {
+func (g Generator) Generate(pod *v1.Pod, rs *container.PodStatus, prev *v1.PodStatus, waiting map[string]container.Waiting, now time.Time) v1.PodStatus {
 	if prev == nil {
 		prev = &v1.PodStatus{}
 	}

@@ -27,7 +27,7 @@ func testPod(policy v1.RestartPolicy, inits []string, apps ...string) *v1.Pod {
 }
 
 func running(name string, created time.Time) *container.ContainerStatus {
-	return &container.ContainerStatus{ID: name + "-id-" + created.Format("150405"), Name: name, State: container.StateRunning,
+	return &container.ContainerStatus{ID: container.ID{Type: "containerd", ID: name + "-id-" + created.Format("150405")}, Name: name, State: container.StateRunning,
 		CreatedAt: created, StartedAt: created, Image: "host", ImageRef: "sha256:host"}
 }
 
@@ -56,7 +56,7 @@ func TestPhase(t *testing.T) {
 		pod    *v1.Pod
 		cs     []*container.ContainerStatus
 		want   v1.PodPhase
-		waitng map[string]Waiting
+		waitng map[string]container.Waiting
 	}{
 		{"nothing yet", testPod(v1.RestartPolicyAlways, nil, "a"), nil, v1.PodPending, nil},
 		{"running", testPod(v1.RestartPolicyAlways, nil, "a"), []*container.ContainerStatus{running("a", t0)}, v1.PodRunning, nil},
@@ -67,13 +67,13 @@ func TestPhase(t *testing.T) {
 		{"onfailure: failed restarts", testPod(v1.RestartPolicyOnFailure, nil, "a"), []*container.ContainerStatus{exited("a", t0, 2, 0)}, v1.PodRunning, nil},
 		{"onfailure: success", testPod(v1.RestartPolicyOnFailure, nil, "a"), []*container.ContainerStatus{exited("a", t0, 0, 0)}, v1.PodSucceeded, nil},
 		{"crashloop is running", testPod(v1.RestartPolicyAlways, nil, "a"), []*container.ContainerStatus{exited("a", t0, 1, 3)}, v1.PodRunning,
-			map[string]Waiting{"a": {Reason: "CrashLoopBackOff"}}},
+			map[string]container.Waiting{"a": {Reason: "CrashLoopBackOff"}}},
 		{"init running", testPod(v1.RestartPolicyAlways, []string{"i"}, "a"), []*container.ContainerStatus{running("i", t0)}, v1.PodPending, nil},
 		{"init failed never", testPod(v1.RestartPolicyNever, []string{"i"}, "a"), []*container.ContainerStatus{exited("i", t0, 1, 0)}, v1.PodFailed, nil},
 		{"init failed always retries", testPod(v1.RestartPolicyAlways, []string{"i"}, "a"), []*container.ContainerStatus{exited("i", t0, 1, 0)}, v1.PodPending, nil},
 		{"init done app running", testPod(v1.RestartPolicyAlways, []string{"i"}, "a"),
 			[]*container.ContainerStatus{exited("i", t0, 0, 0), running("a", t0.Add(time.Second))}, v1.PodRunning, nil},
-		{"image pull error", testPod(v1.RestartPolicyAlways, nil, "a"), nil, v1.PodPending, map[string]Waiting{"a": {Reason: "ErrImagePull"}}},
+		{"image pull error", testPod(v1.RestartPolicyAlways, nil, "a"), nil, v1.PodPending, map[string]container.Waiting{"a": {Reason: "ErrImagePull"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,9 +102,9 @@ func TestContainerStatusFields(t *testing.T) {
 	cur := running("a", t0.Add(time.Minute))
 	cur.RestartCount = 1
 	rs := &container.PodStatus{Sandboxes: readySandbox(), Containers: []*container.ContainerStatus{old, cur}}
-	s := Generator{RuntimeName: "containerd", HostIP: "192.0.2.1"}.Generate(pod, rs, nil, nil, t0)
+	s := Generator{HostIP: "192.0.2.1"}.Generate(pod, rs, nil, nil, t0)
 	cs := s.ContainerStatuses[0]
-	if cs.ContainerID != "containerd://"+cur.ID || cs.RestartCount != 1 || cs.ImageID != "sha256:host" {
+	if cs.ContainerID != "containerd://"+cur.ID.ID || cs.RestartCount != 1 || cs.ImageID != "sha256:host" {
 		t.Fatalf("bad identity fields: %+v", cs)
 	}
 	if cs.State.Running == nil || !cs.State.Running.StartedAt.Time.Equal(cur.StartedAt) {
@@ -129,7 +129,7 @@ func TestWaitingReasonOverridesTerminated(t *testing.T) {
 	pod := testPod(v1.RestartPolicyAlways, nil, "a")
 	rs := &container.PodStatus{Sandboxes: readySandbox(), Containers: []*container.ContainerStatus{exited("a", t0, 1, 2)}}
 	msg := "back-off 20s restarting failed container=a pod=web_default(u1)"
-	s := Generator{}.Generate(pod, rs, nil, map[string]Waiting{"a": {Reason: "CrashLoopBackOff", Message: msg}}, t0)
+	s := Generator{}.Generate(pod, rs, nil, map[string]container.Waiting{"a": {Reason: "CrashLoopBackOff", Message: msg}}, t0)
 	cs := s.ContainerStatuses[0]
 	if cs.State.Waiting == nil || cs.State.Waiting.Reason != "CrashLoopBackOff" || cs.State.Waiting.Message != msg {
 		t.Fatalf("state = %+v, want waiting CrashLoopBackOff", cs.State)
@@ -289,7 +289,7 @@ func BenchmarkGenerate(b *testing.B) {
 	prev := Generator{}.Generate(pod, rs, nil, nil, t0)
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = Generator{RuntimeName: "containerd"}.Generate(pod, rs, &prev, nil, t0)
+		_ = Generator{}.Generate(pod, rs, &prev, nil, t0)
 	}
 }
 

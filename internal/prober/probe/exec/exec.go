@@ -9,15 +9,16 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/prober/probe"
 )
 
 // Execer runs a command in a container and waits for it. The integrator
-// adapts the CRI RuntimeService.ExecSync to it. When the command outlives
+// adapts the CRI RuntimeService.ExecSync to it (CRI takes id.ID). When the command outlives
 // timeout, ExecSync must return an error that wraps
 // context.DeadlineExceeded or ErrTimedOut.
 type Execer interface {
-	ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int32, err error)
+	ExecSync(ctx context.Context, id container.ID, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int32, err error)
 }
 
 // ErrTimedOut may be wrapped by an Execer to say the command timed out.
@@ -28,15 +29,15 @@ var ErrTimedOut = errors.New("command timed out")
 // context is only a backstop.
 const timeoutGrace = time.Second
 
-// Probe runs cmd in containerID and classifies the outcome. The output is
+// Probe runs cmd in the container and classifies the outcome. The output is
 // stdout followed by stderr, capped at probe.MaxOutput.
-func Probe(ctx context.Context, e Execer, containerID string, cmd []string, timeout time.Duration) (probe.Result, string, error) {
+func Probe(ctx context.Context, e Execer, id container.ID, cmd []string, timeout time.Duration) (probe.Result, string, error) {
 	if len(cmd) == 0 {
 		return probe.Unknown, "", errors.New("exec probe: command is empty")
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout+timeoutGrace)
 	defer cancel()
-	stdout, stderr, code, err := e.ExecSync(ctx, containerID, cmd, timeout)
+	stdout, stderr, code, err := e.ExecSync(ctx, id, cmd, timeout)
 	out := make([]byte, 0, len(stdout)+len(stderr))
 	out = append(append(out, probe.Truncate(stdout)...), probe.Truncate(stderr)...)
 	output := string(probe.Truncate(out))
@@ -44,7 +45,7 @@ func Probe(ctx context.Context, e Execer, containerID string, cmd []string, time
 		if errors.Is(err, ErrTimedOut) || errors.Is(err, context.DeadlineExceeded) {
 			return probe.Failure, fmt.Sprintf("command %q timed out", cmd), nil
 		}
-		return probe.Unknown, output, fmt.Errorf("exec probe in container %s: %w", containerID, err)
+		return probe.Unknown, output, fmt.Errorf("exec probe in container %s: %w", id, err)
 	}
 	if code != 0 {
 		return probe.Failure, output, nil

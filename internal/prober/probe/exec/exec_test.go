@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/prober/probe"
 )
 
@@ -19,7 +20,7 @@ import (
 // its process group when the timeout passes.
 type hostExecer struct{}
 
-func (hostExecer) ExecSync(ctx context.Context, _ string, cmd []string, timeout time.Duration) ([]byte, []byte, int32, error) {
+func (hostExecer) ExecSync(ctx context.Context, _ container.ID, cmd []string, timeout time.Duration) ([]byte, []byte, int32, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c := osexec.CommandContext(ctx, cmd[0], cmd[1:]...)
@@ -59,7 +60,7 @@ func TestProbe(t *testing.T) {
 			if tt.cmd != nil && tt.cmd[0] == "sleep" {
 				timeout = time.Second
 			}
-			got, out, err := Probe(context.Background(), hostExecer{}, "c1", tt.cmd, timeout)
+			got, out, err := Probe(context.Background(), hostExecer{}, container.ID{Type: "test", ID: "c1"}, tt.cmd, timeout)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
 			}
@@ -71,7 +72,7 @@ func TestProbe(t *testing.T) {
 }
 
 func TestProbeOutputIsCapped(t *testing.T) {
-	got, out, err := Probe(context.Background(), hostExecer{}, "c1", []string{"sh", "-c", "head -c 50000 /dev/zero | tr '\\0' x; exit 1"}, 10*time.Second)
+	got, out, err := Probe(context.Background(), hostExecer{}, container.ID{Type: "test", ID: "c1"}, []string{"sh", "-c", "head -c 50000 /dev/zero | tr '\\0' x; exit 1"}, 10*time.Second)
 	if err != nil || got != probe.Failure {
 		t.Fatalf("Probe = %v, %v", got, err)
 	}
@@ -82,7 +83,7 @@ func TestProbeOutputIsCapped(t *testing.T) {
 
 func TestProbeTimeoutViaErrTimedOut(t *testing.T) {
 	e := execerFunc(func() error { return fmt.Errorf("runtime says: %w", ErrTimedOut) })
-	got, out, err := Probe(context.Background(), e, "c1", []string{"true"}, 10*time.Second)
+	got, out, err := Probe(context.Background(), e, container.ID{Type: "test", ID: "c1"}, []string{"true"}, 10*time.Second)
 	if err != nil || got != probe.Failure || !strings.Contains(out, "timed out") {
 		t.Fatalf("Probe = %v %q %v, want a timed-out failure", got, out, err)
 	}
@@ -92,6 +93,6 @@ func TestProbeTimeoutViaErrTimedOut(t *testing.T) {
 // error; the real adapter is in the integrator's code.
 type execerFunc func() error
 
-func (f execerFunc) ExecSync(context.Context, string, []string, time.Duration) ([]byte, []byte, int32, error) {
+func (f execerFunc) ExecSync(context.Context, container.ID, []string, time.Duration) ([]byte, []byte, int32, error) {
 	return nil, nil, -1, f()
 }

@@ -1,4 +1,4 @@
-package kuberuntime
+package lifecycle
 
 import (
 	"reflect"
@@ -36,8 +36,8 @@ func initC(name string, sidecar bool) v1.Container {
 // st makes a runtime status for a spec container; at is minutes after base.
 func st(pod *v1.Pod, name string, state container.State, exit int32, at int) *container.ContainerStatus {
 	c := specOf(pod, name)
-	return &container.ContainerStatus{ID: name + "-" + string(rune('a'+at)), Name: name, State: state, ExitCode: exit,
-		CreatedAt: base.Add(time.Duration(at) * time.Minute), Hash: hashContainer(c)}
+	return &container.ContainerStatus{ID: container.ID{Type: "test", ID: name + "-" + string(rune('a'+at))}, Name: name, State: state, ExitCode: exit,
+		CreatedAt: base.Add(time.Duration(at) * time.Minute), Hash: container.Hash(c)}
 }
 
 func sandbox(state runtimeapi.PodSandboxState, attempt uint32) *container.SandboxStatus {
@@ -46,10 +46,10 @@ func sandbox(state runtimeapi.PodSandboxState, attempt uint32) *container.Sandbo
 
 type probeStub struct{ liveness, startup map[string]bool }
 
-func (p probeStub) LivenessFailed(id string) bool { return p.liveness[id] }
-func (p probeStub) StartupFailed(id string) bool  { return p.startup[id] }
+func (p probeStub) LivenessFailed(id container.ID) bool { return p.liveness[id.ID] }
+func (p probeStub) StartupFailed(id container.ID) bool  { return p.startup[id.ID] }
 
-func TestComputePodActions(t *testing.T) {
+func TestComputeActions(t *testing.T) {
 	ready := sandbox(runtimeapi.PodSandboxState_SANDBOX_READY, 0)
 	notReady := sandbox(runtimeapi.PodSandboxState_SANDBOX_NOTREADY, 0)
 	always, onFailure, never := v1.RestartPolicyAlways, v1.RestartPolicyOnFailure, v1.RestartPolicyNever
@@ -67,70 +67,70 @@ func TestComputePodActions(t *testing.T) {
 		sbs    []*container.SandboxStatus
 		cs     []*container.ContainerStatus
 		probes ProbeResults
-		want   podActions
+		want   container.PodActions
 	}{
-		{name: "new pod", pod: apps, want: podActions{CreateSandbox: true, ContainersToStart: []int{0, 1}}},
+		{name: "new pod", pod: apps, want: container.PodActions{CreateSandbox: true, ContainersToStart: []int{0, 1}}},
 		{name: "new pod with init starts the first init only", pod: withInit,
-			want: podActions{CreateSandbox: true, InitContainersToStart: []int{0}}},
+			want: container.PodActions{CreateSandbox: true, InitContainersToStart: []int{0}}},
 		{name: "all running: nothing to do", pod: apps, sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(apps, "a", container.StateRunning, 0, 1), st(apps, "b", container.StateRunning, 0, 1)},
-			want: podActions{SandboxID: "sb"}},
+			want: container.PodActions{SandboxID: "sb"}},
 		{name: "always restarts a succeeded container", pod: apps, sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(apps, "a", container.StateExited, 0, 1), st(apps, "b", container.StateRunning, 0, 1)},
-			want: podActions{SandboxID: "sb", ContainersToStart: []int{0}}},
+			want: container.PodActions{SandboxID: "sb", ContainersToStart: []int{0}}},
 		{name: "onFailure restarts only failures", pod: mkPod(onFailure, nil, "a", "b"), sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(apps, "a", container.StateExited, 0, 1), st(apps, "b", container.StateExited, 1, 1)},
-			want: podActions{SandboxID: "sb", ContainersToStart: []int{1}}},
+			want: container.PodActions{SandboxID: "sb", ContainersToStart: []int{1}}},
 		{name: "never: all done kills the pod", pod: mkPod(never, nil, "a", "b"), sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(apps, "a", container.StateExited, 0, 1), st(apps, "b", container.StateExited, 1, 1)},
-			want: podActions{SandboxID: "sb", KillPod: true}},
+			want: container.PodActions{SandboxID: "sb", KillPod: true}},
 		{name: "never: dead sandbox is not recreated", pod: mkPod(never, nil, "a"), sbs: []*container.SandboxStatus{sandbox(runtimeapi.PodSandboxState_SANDBOX_NOTREADY, 0)},
-			cs: []*container.ContainerStatus{st(apps, "a", container.StateExited, 0, 1)}, want: podActions{KillPod: true, Attempt: 1}},
+			cs: []*container.ContainerStatus{st(apps, "a", container.StateExited, 0, 1)}, want: container.PodActions{KillPod: true, Attempt: 1}},
 		{name: "sandbox died: kill and recreate with next attempt", pod: apps, sbs: []*container.SandboxStatus{notReady},
 			cs:   []*container.ContainerStatus{st(apps, "a", container.StateRunning, 0, 1)},
-			want: podActions{KillPod: true, CreateSandbox: true, SandboxChanged: true, Attempt: 1, ContainersToStart: []int{0, 1}}},
+			want: container.PodActions{KillPod: true, CreateSandbox: true, SandboxChanged: true, Attempt: 1, ContainersToStart: []int{0, 1}}},
 		{name: "spec changed restarts", pod: changed, sbs: []*container.SandboxStatus{ready}, cs: []*container.ContainerStatus{changedStatus},
-			want: podActions{SandboxID: "sb", ContainersToStart: []int{0}, ContainersToKill: []containerToKill{
+			want: container.PodActions{SandboxID: "sb", ContainersToStart: []int{0}, ContainersToKill: []container.ContainerToKill{
 				{ID: changedStatus.ID, Name: "a", Spec: &changed.Spec.Containers[0], Message: "Container a definition changed, will be restarted"}}}},
 		{name: "liveness failure restarts", pod: apps, sbs: []*container.SandboxStatus{ready},
 			cs:     []*container.ContainerStatus{st(apps, "a", container.StateRunning, 0, 1), st(apps, "b", container.StateRunning, 0, 1)},
 			probes: probeStub{liveness: map[string]bool{"a-b": true}},
-			want: podActions{SandboxID: "sb", ContainersToStart: []int{0}, ContainersToKill: []containerToKill{
-				{ID: "a-b", Name: "a", Spec: &apps.Spec.Containers[0], Reason: "liveness", Message: "Container a failed liveness probe, will be restarted"}}}},
+			want: container.PodActions{SandboxID: "sb", ContainersToStart: []int{0}, ContainersToKill: []container.ContainerToKill{
+				{ID: container.ID{Type: "test", ID: "a-b"}, Name: "a", Spec: &apps.Spec.Containers[0], Reason: "liveness", Message: "Container a failed liveness probe, will be restarted"}}}},
 		{name: "startup failure with never kills without restart", pod: mkPod(never, nil, "a"), sbs: []*container.SandboxStatus{ready},
 			cs:     []*container.ContainerStatus{st(apps, "a", container.StateRunning, 0, 1)},
 			probes: probeStub{startup: map[string]bool{"a-b": true}},
-			want:   podActions{SandboxID: "sb", KillPod: true}},
+			want:   container.PodActions{SandboxID: "sb", KillPod: true}},
 		{name: "init: first running, wait", pod: withInit, sbs: []*container.SandboxStatus{ready},
-			cs: []*container.ContainerStatus{st(withInit, "i1", container.StateRunning, 0, 1)}, want: podActions{SandboxID: "sb"}},
+			cs: []*container.ContainerStatus{st(withInit, "i1", container.StateRunning, 0, 1)}, want: container.PodActions{SandboxID: "sb"}},
 		{name: "init: first done, start second", pod: withInit, sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(withInit, "i1", container.StateExited, 0, 1)},
-			want: podActions{SandboxID: "sb", InitContainersToStart: []int{1}}},
+			want: container.PodActions{SandboxID: "sb", InitContainersToStart: []int{1}}},
 		{name: "init: all done, start apps", pod: withInit, sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(withInit, "i1", container.StateExited, 0, 1), st(withInit, "i2", container.StateExited, 0, 2)},
-			want: podActions{SandboxID: "sb", ContainersToStart: []int{0}}},
+			want: container.PodActions{SandboxID: "sb", ContainersToStart: []int{0}}},
 		{name: "init: failure retried under always", pod: withInit, sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(withInit, "i1", container.StateExited, 1, 1)},
-			want: podActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
+			want: container.PodActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
 		{name: "init: failure under never fails the pod", pod: withInitNever, sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(withInitNever, "i1", container.StateExited, 1, 1)},
-			want: podActions{SandboxID: "sb", KillPod: true}},
+			want: container.PodActions{SandboxID: "sb", KillPod: true}},
 		{name: "init: statuses from an older sandbox do not count", pod: withInit, sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(withInit, "i1", container.StateExited, 0, -5), st(withInit, "a", container.StateExited, 0, -4)},
-			want: podActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
+			want: container.PodActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
 		{name: "sidecar: start it first and wait", pod: withSidecar, sbs: []*container.SandboxStatus{ready},
-			want: podActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
+			want: container.PodActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
 		{name: "sidecar running: next init proceeds", pod: withSidecar, sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(withSidecar, "side", container.StateRunning, 0, 1)},
-			want: podActions{SandboxID: "sb", InitContainersToStart: []int{1}}},
+			want: container.PodActions{SandboxID: "sb", InitContainersToStart: []int{1}}},
 		{name: "sidecar died after init: restart it", pod: withSidecar, sbs: []*container.SandboxStatus{ready},
 			cs: []*container.ContainerStatus{st(withSidecar, "side", container.StateExited, 1, 1), st(withSidecar, "i1", container.StateExited, 0, 2),
 				st(withSidecar, "a", container.StateRunning, 0, 3)},
-			want: podActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
+			want: container.PodActions{SandboxID: "sb", InitContainersToStart: []int{0}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := computePodActions(tc.pod, &container.PodStatus{Sandboxes: tc.sbs, Containers: tc.cs}, tc.probes)
+			got := computeActions(tc.pod, &container.PodStatus{Sandboxes: tc.sbs, Containers: tc.cs}, tc.probes)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
 			}
@@ -138,65 +138,25 @@ func TestComputePodActions(t *testing.T) {
 	}
 }
 
-func TestExpand(t *testing.T) {
-	vars := map[string]string{"A": "x", "EMPTY": ""}
-	cases := map[string]string{
-		"$(A)":          "x",
-		"pre-$(A)-post": "pre-x-post",
-		"$$(A)":         "$(A)",
-		"$(B)":          "$(B)",
-		"$(EMPTY)end":   "end",
-		"$(A":           "$(A",
-		"a$":            "a$",
-		"$A":            "$A",
-		"$$$(A)":        "$x",
-		"no vars":       "no vars",
-	}
-	for in, want := range cases {
-		if got := expand(in, vars); got != want {
-			t.Errorf("expand(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestBackoffDoublesCapsAndResets(t *testing.T) {
-	clk := newFakeClock()
-	b := newBackoff(clk, 10*time.Second, 300*time.Second)
-	var delays []time.Duration
-	for range 7 {
-		finished := clk.Now()
-		b.next("k", finished)
-		d, _, in := b.inBackoffSince("k", finished)
-		if !in {
-			t.Fatalf("not in back-off right after a failure")
-		}
-		delays = append(delays, d)
-		clk.Step(d) // the container restarts once the delay is over...
-		if _, _, in := b.inBackoffSince("k", finished); in {
-			t.Fatalf("still in back-off after %v", d)
-		}
-	}
-	want := []time.Duration{10, 20, 40, 80, 160, 300, 300}
-	for i := range want {
-		if delays[i] != want[i]*time.Second {
-			t.Fatalf("delays = %v, want %v seconds", delays, want)
-		}
-	}
-	// ...and after running fine for more than 10 minutes it starts over.
-	clk.Step(11 * time.Minute)
-	b.next("k", clk.Now())
-	if d, _, _ := b.inBackoffSince("k", clk.Now()); d != 10*time.Second {
-		t.Fatalf("delay after a long run = %v, want 10s", d)
-	}
-}
-
-func BenchmarkComputePodActions(b *testing.B) {
+func BenchmarkComputeActions(b *testing.B) {
 	pod := mkPod(v1.RestartPolicyAlways, []v1.Container{initC("side", true), initC("i1", false)}, "a", "b", "c")
 	ps := &container.PodStatus{Sandboxes: []*container.SandboxStatus{sandbox(runtimeapi.PodSandboxState_SANDBOX_READY, 0)},
 		Containers: []*container.ContainerStatus{st(pod, "side", container.StateRunning, 0, 1), st(pod, "i1", container.StateExited, 0, 2),
 			st(pod, "a", container.StateRunning, 0, 3), st(pod, "b", container.StateExited, 1, 3), st(pod, "c", container.StateRunning, 0, 3)}}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = computePodActions(pod, ps, probeStub{})
+		_ = computeActions(pod, ps, probeStub{})
 	}
+}
+
+// specOf finds a container of the pod's spec, init containers included.
+func specOf(pod *v1.Pod, name string) *v1.Container {
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
 }

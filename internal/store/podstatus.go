@@ -1,4 +1,4 @@
-package agent
+package store
 
 import (
 	"encoding/json"
@@ -15,11 +15,12 @@ import (
 	"github.com/minilet/minilet/internal/atomicfile"
 )
 
-// statusFiles keeps each pod's last status on disk
+// PodStatuses keeps each pod's last status on disk
 // (<root-dir>/pods/<uid>/status.json) so a restarted agent starts from what
 // it last published: start times, condition transition times and readiness
-// survive, and readiness does not flap while probes catch up.
-type statusFiles struct {
+// survive, and readiness does not flap while probes catch up. Safe for
+// concurrent use; writes of one pod must not race (its worker makes them).
+type PodStatuses struct {
 	dir string
 	log *slog.Logger
 
@@ -28,8 +29,10 @@ type statusFiles struct {
 	written  map[types.UID][]byte
 }
 
-func newStatusFiles(dir string, log *slog.Logger) *statusFiles {
-	s := &statusFiles{dir: dir, log: log, restored: map[types.UID]v1.PodStatus{}, written: map[types.UID][]byte{}}
+// OpenPodStatuses reads the statuses a previous run saved under dir. A file
+// that cannot be read is logged and skipped.
+func OpenPodStatuses(dir string, log *slog.Logger) *PodStatuses {
+	s := &PodStatuses{dir: dir, log: log, restored: map[types.UID]v1.PodStatus{}, written: map[types.UID][]byte{}}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return s
@@ -50,17 +53,17 @@ func newStatusFiles(dir string, log *slog.Logger) *statusFiles {
 	return s
 }
 
-// restoredStatus returns the status a previous run saved for uid.
-func (s *statusFiles) restoredStatus(uid types.UID) (v1.PodStatus, bool) {
+// Restored returns the status a previous run saved for uid.
+func (s *PodStatuses) Restored(uid types.UID) (v1.PodStatus, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, ok := s.restored[uid]
 	return st, ok
 }
 
-// wasReady reports whether a container was ready when the last run saved
+// WasReady reports whether a container was ready when the last run saved
 // its pod's status.
-func (s *statusFiles) wasReady(containerID string) bool {
+func (s *PodStatuses) WasReady(containerID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range s.restored {
@@ -73,8 +76,8 @@ func (s *statusFiles) wasReady(containerID string) bool {
 	return false
 }
 
-// save writes a pod's status when it changed since the last write.
-func (s *statusFiles) save(uid types.UID, st v1.PodStatus) {
+// Save writes a pod's status when it changed since the last write.
+func (s *PodStatuses) Save(uid types.UID, st v1.PodStatus) {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return
@@ -96,8 +99,8 @@ func (s *statusFiles) save(uid types.UID, st v1.PodStatus) {
 	}
 }
 
-// remove forgets a pod for good.
-func (s *statusFiles) remove(uid types.UID) {
+// Remove forgets a pod for good.
+func (s *PodStatuses) Remove(uid types.UID) {
 	s.mu.Lock()
 	delete(s.restored, uid)
 	delete(s.written, uid)

@@ -1,0 +1,65 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/minilet/minilet/internal/cm"
+	"github.com/minilet/minilet/internal/config"
+	"github.com/minilet/minilet/internal/devicemanager"
+	"github.com/minilet/minilet/internal/events"
+	"github.com/minilet/minilet/internal/eviction"
+	"github.com/minilet/minilet/internal/images"
+)
+
+// cgroupConfig is the cgroup manager's part of the configuration; the
+// device manager's resources count in capacity and allocatable.
+func cgroupConfig(cfg *config.Config, devices *devicemanager.Manager, recorder events.Recorder, log *slog.Logger) cm.Config {
+	evictionHard := map[string]string{}
+	for _, t := range cfg.EvictionHard {
+		evictionHard[string(t.Signal)] = t.Value.String()
+	}
+	return cm.Config{
+		NodeName:               cfg.NodeName,
+		RootDir:                cfg.RootDir,
+		CgroupRoot:             cfg.CgroupRoot,
+		CgroupsPerQOS:          cfg.CgroupsPerQOS,
+		CgroupDriver:           cfg.CgroupDriver,
+		MaxPods:                int64(cfg.MaxPods),
+		KubeReserved:           cfg.KubeReserved,
+		SystemReserved:         cfg.SystemReserved,
+		EvictionHard:           evictionHard,
+		EnforceNodeAllocatable: cfg.EnforceNodeAllocatable,
+		PodPidsLimit:           cfg.PodPidsLimit,
+		Extended:               devices,
+		Logger:                 log,
+		Recorder:               recorder,
+	}
+}
+
+// imageGCConfig is image garbage collection's part of the configuration.
+func imageGCConfig(cfg *config.Config) images.Config {
+	c := images.ConfigFrom(cfg)
+	c.StateDir = filepath.Join(cfg.RootDir, "image-gc")
+	c.Period = cfg.ImageGCPeriod
+	return c
+}
+
+// newEviction builds the eviction manager over the host's statistics and
+// the pods' usage from their cgroups.
+func newEviction(cfg *config.Config, deps eviction.Deps, cgroups *cm.Manager) (*eviction.Manager, error) {
+	stats, err := eviction.NewHostStats(eviction.HostStatsConfig{
+		RootDir:  cfg.RootDir,
+		PodUsage: eviction.SummaryPodUsage(cgroups.Summary),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eviction stats: %w", err)
+	}
+	deps.Stats = stats
+	m, err := eviction.New(eviction.ConfigFrom(cfg), deps)
+	if err != nil {
+		return nil, fmt.Errorf("eviction: %w", err)
+	}
+	return m, nil
+}

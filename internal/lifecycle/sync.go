@@ -1,0 +1,235 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/minilet/minilet/internal/container"
+	"github.com/minilet/minilet/internal/podspec"
+	"github.com/minilet/minilet/internal/podworkers"
+	"github.com/minilet/minilet/internal/status"
+)
+
+// SyncerConfig holds the Syncer's dependencies.
+type SyncerConfig struct {
+	Pods    *Pods   // required
+	Runtime Runtime // required
+	Cgroups Cgroups // required
+	Prober  Prober  // required
+	// Publisher sends statuses to the cluster; nil in standalone mode.
+	Publisher Publisher
+	// HostIP is the node's IP, shown as each pod's status.hostIP.
+	HostIP string
+	// Recorder default: drops events. Clock default: the real clock.
+	// Logger default: discards. Metrics default: none.
+	Recorder Recorder
+	Clock    clock.Clock
+	Logger   *slog.Logger
+	Metrics  Metrics
+}
+
+// Syncer runs the steps of one pod's life on the pod's worker: sync it to
+// its spec, terminate it, release what it held. Steps of different pods run
+// in parallel; the workers never run two steps of one pod at once.
+type Syncer struct {
+	cfg       SyncerConfig
+	log       *slog.Logger
+	statusGen status.Generator
+	planner   *Planner
+}
+
+var _ podworkers.Syncer = (*Syncer)(nil)
+
+// NewSyncer returns a Syncer; it rejects a config without a required
+// dependency, naming the field.
+func NewSyncer(cfg SyncerConfig) (*Syncer, error) {
+	switch {
+	case cfg.Pods == nil:
+		return nil, fmt.Errorf("lifecycle syncer: field Pods is required")
+	case cfg.Runtime == nil:
+		return nil, fmt.Errorf("lifecycle syncer: field Runtime is required")
+	case cfg.Cgroups == nil:
+		return nil, fmt.Errorf("lifecycle syncer: field Cgroups is required")
+	case cfg.Prober == nil:
+		return nil, fmt.Errorf("lifecycle syncer: field Prober is required")
+	}
+	cfg = withDefaults(cfg)
+	return &Syncer{
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "lifecycle"),
+		statusGen: status.Generator{HostIP: cfg.HostIP, Probes: cfg.Prober},
+		planner:   NewPlanner(cfg.Clock, cfg.Recorder),
+	}, nil
+}
+
+func withDefaults(cfg SyncerConfig) SyncerConfig {
+	if cfg.Recorder == nil {
+		cfg.Recorder = nopRecorder{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = nopMetrics{}
+	}
+	return cfg
+}
+
+// SyncPod makes the runtime match one pod's spec and publishes the status
+// that results. It reports whether the pod reached a terminal phase and,
+// when something waits (a back-off, a failed start), how soon to sync again.
+func (s *Syncer) SyncPod(ctx context.Context, pod *v1.Pod) (terminal bool, requeueAfter time.Duration, err error) {
+	defer s.observe("sync", s.cfg.Clock.Now())
+	rs, err := s.cfg.Runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		return false, 0, fmt.Errorf("reading runtime status of pod %s: %w", podRef(pod), err)
+	}
+	st := s.generate(pod, rs, nil)
+	if isTerminal(st.Phase) {
+		s.publish(ctx, pod, st)
+		return true, 0, nil
+	}
+	if err := s.cfg.Cgroups.EnsurePod(pod); err != nil {
+		// The cgroup manager records the FailedCreatePodContainer event.
+		s.cfg.Pods.setStatus(pod.UID, st)
+		return false, 0, fmt.Errorf("ensuring the cgroup of pod %s: %w", podRef(pod), err)
+	}
+	if err := s.cfg.Prober.AddPod(pod); err != nil {
+		s.log.Warn("probes not started", "pod", podRef(pod), "err", err)
+	}
+
+	plan := s.planner.Plan(pod, rs, s.cfg.Prober)
+	res := s.cfg.Runtime.SyncPod(ctx, pod, rs, plan.Actions)
+	for name, w := range plan.Waiting {
+		res.Wait(name, w.Reason, w.Message)
+	}
+	res.Requeue(plan.RequeueAfter)
+
+	if fresh, err := s.cfg.Runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
+		rs = fresh
+	}
+	st = s.generate(pod, rs, res.Waiting)
+	s.publish(ctx, pod, st)
+	s.markStarted(pod, st)
+	if isTerminal(st.Phase) {
+		return true, 0, nil
+	}
+	return false, res.RequeueAfter, res.Err
+}
+
+// SyncTerminatingPod stops every container of the pod, with gracePeriod
+// (nil: the pod's own), and publishes the status it ends with.
+func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, gracePeriod *int64) error {
+	defer s.observe("kill", s.cfg.Clock.Now())
+	s.cfg.Prober.StopLivenessAndStartup(pod)
+	rs, err := s.cfg.Runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		return fmt.Errorf("reading runtime status of pod %s: %w", podRef(pod), err)
+	}
+	if err := s.cfg.Runtime.KillPod(ctx, pod, rs, gracePeriod); err != nil {
+		return fmt.Errorf("killing pod %s: %w", podRef(pod), err)
+	}
+	if fresh, err := s.cfg.Runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
+		rs = fresh
+	}
+	st := s.generate(pod, rs, nil)
+	if final, ok := s.cfg.Pods.finalStatus(pod.UID); ok {
+		st = endWith(final, st)
+	} else if !isTerminal(st.Phase) && (pod.DeletionTimestamp == nil || !podspec.IsStatic(pod)) {
+		// Everything is stopped now. A static pod that was deleted is
+		// shown by its deletion timestamp; any other pod ends
+		// Succeeded when every container exited 0, else Failed, as the
+		// kubelet does.
+		st.Phase = stoppedPhase(st)
+	}
+	s.publish(ctx, pod, st)
+	return nil
+}
+
+// SyncTerminatedPod releases what a stopped pod held on the node: its
+// probe workers and its cgroup.
+func (s *Syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod) error {
+	s.cfg.Prober.RemovePod(pod)
+	if err := s.cfg.Cgroups.RemovePod(ctx, pod.UID); err != nil {
+		return fmt.Errorf("removing the cgroup of pod %s: %w", podRef(pod), err)
+	}
+	return nil
+}
+
+// endWith is the status of a pod stopped with a status decided for it
+// (evicted): that phase, reason, message and conditions, with the
+// containers, times and addresses as they ended.
+func endWith(final, st v1.PodStatus) v1.PodStatus {
+	final.ContainerStatuses, final.InitContainerStatuses = st.ContainerStatuses, st.InitContainerStatuses
+	final.StartTime, final.HostIP, final.HostIPs = st.StartTime, st.HostIP, st.HostIPs
+	final.PodIP, final.PodIPs, final.QOSClass = st.PodIP, st.PodIPs, st.QOSClass
+	return final
+}
+
+// stoppedPhase is the phase of a pod whose containers were all stopped:
+// Succeeded when every app container exited 0, else Failed.
+func stoppedPhase(st v1.PodStatus) v1.PodPhase {
+	if len(st.ContainerStatuses) == 0 {
+		return v1.PodFailed
+	}
+	for _, c := range st.ContainerStatuses {
+		if c.State.Terminated == nil || c.State.Terminated.ExitCode != 0 {
+			return v1.PodFailed
+		}
+	}
+	return v1.PodSucceeded
+}
+
+// generate computes a pod's status from what the runtime holds, on top of
+// its last status.
+func (s *Syncer) generate(pod *v1.Pod, rs *container.PodStatus, waiting map[string]container.Waiting) v1.PodStatus {
+	var prev *v1.PodStatus
+	if p, ok := s.cfg.Pods.GetPodStatus(pod.UID); ok {
+		prev = &p
+	}
+	return s.statusGen.Generate(pod, rs, prev, waiting, s.cfg.Clock.Now())
+}
+
+// publish records a pod's status and sends it to the cluster.
+func (s *Syncer) publish(ctx context.Context, pod *v1.Pod, st v1.PodStatus) {
+	s.cfg.Pods.setStatus(pod.UID, st)
+	if s.cfg.Publisher != nil {
+		s.cfg.Publisher.PublishStatus(ctx, pod, st)
+	}
+}
+
+// markStarted reports the pod's start latency the first time all of its
+// containers run.
+func (s *Syncer) markStarted(pod *v1.Pod, st v1.PodStatus) {
+	if st.Phase != v1.PodRunning || len(st.ContainerStatuses) == 0 {
+		return
+	}
+	for _, c := range st.ContainerStatuses {
+		if c.State.Running == nil {
+			return
+		}
+	}
+	if s.cfg.Pods.firstStart(pod.UID) {
+		s.cfg.Metrics.ObservePodStart(s.cfg.Clock.Since(pod.CreationTimestamp.Time))
+	}
+}
+
+func (s *Syncer) observe(op string, start time.Time) {
+	s.cfg.Metrics.ObserveSync(op, s.cfg.Clock.Since(start))
+}
+
+// podRef names a pod in logs and errors: namespace/name.
+func podRef(p *v1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// podDesc names a pod the way the kubelet's event messages do:
+// name_namespace(uid).
+func podDesc(p *v1.Pod) string { return fmt.Sprintf("%s_%s(%s)", p.Name, p.Namespace, p.UID) }

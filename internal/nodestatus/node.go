@@ -1,0 +1,225 @@
+// Package nodestatus builds the Node object the agent reports: labels,
+// addresses, capacity and allocatable, the pressure and Ready conditions
+// with their transition times, and the node's system info. The read-only
+// API serves it at /node; in cluster mode it is what the node status loop
+// sends to the API server.
+package nodestatus
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/minilet/minilet/internal/nodeaddr"
+)
+
+// KubeletVersion is the kubelet version minilet reports: the Kubernetes
+// API it follows.
+var KubeletVersion = "v1.37.1-minilet"
+
+// Resources are the node's capacity and allocatable (the cgroup manager,
+// which counts in the device plugins' extended resources).
+type Resources interface {
+	Capacity() v1.ResourceList
+	Allocatable() v1.ResourceList
+}
+
+// Pressure says which eviction signals are over their thresholds.
+type Pressure interface {
+	Conditions() (memory, disk, pid bool)
+}
+
+// Relister is PLEG, whose relisting shows the runtime is being watched.
+type Relister interface {
+	Healthy() (ok bool, sinceLastRelist time.Duration)
+}
+
+// RuntimeStatus is the CRI runtime's own readiness.
+type RuntimeStatus interface {
+	Status(ctx context.Context, verbose bool) (*runtimeapi.StatusResponse, error)
+}
+
+// Config holds what the node is built from.
+type Config struct {
+	NodeName  string
+	Addresses nodeaddr.Addresses
+	// Port is the kubelet port reported as the node's daemon endpoint.
+	Port int
+	// RuntimeVersion is "<runtime>://<version>".
+	RuntimeVersion string
+
+	Resources Resources
+	Pressure  Pressure
+	PLEG      Relister
+	Runtime   RuntimeStatus
+	// Clock stamps heartbeats and transitions. Default: the real clock.
+	Clock clock.Clock
+}
+
+// Builder builds the node. Safe for concurrent use.
+type Builder struct {
+	cfg       Config
+	startedAt time.Time
+
+	mu    sync.Mutex
+	since map[v1.NodeConditionType]time.Time // when each condition last changed
+	last  map[v1.NodeConditionType]v1.ConditionStatus
+}
+
+// New returns a Builder; its node's creation time is now.
+func New(cfg Config) *Builder {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Builder{
+		cfg: cfg, startedAt: cfg.Clock.Now(),
+		since: map[v1.NodeConditionType]time.Time{},
+		last:  map[v1.NodeConditionType]v1.ConditionStatus{},
+	}
+}
+
+// Node assembles the node as it is now.
+func (b *Builder) Node() *v1.Node {
+	now := b.cfg.Clock.Now()
+	kernel, osImage := kernelVersion(), osImage()
+	return &v1.Node{
+		TypeMeta: metav1.TypeMeta{Kind: "Node", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              b.cfg.NodeName,
+			CreationTimestamp: metav1.NewTime(b.startedAt),
+			Labels: map[string]string{
+				"kubernetes.io/hostname":  b.cfg.NodeName,
+				"kubernetes.io/os":        runtime.GOOS,
+				"kubernetes.io/arch":      runtime.GOARCH,
+				"beta.kubernetes.io/os":   runtime.GOOS,
+				"beta.kubernetes.io/arch": runtime.GOARCH,
+			},
+		},
+		Status: v1.NodeStatus{
+			Capacity:    b.cfg.Resources.Capacity(),
+			Allocatable: b.cfg.Resources.Allocatable(),
+			Phase:       v1.NodeRunning,
+			Conditions:  b.conditions(now),
+			Addresses: []v1.NodeAddress{
+				{Type: v1.NodeInternalIP, Address: b.cfg.Addresses.IP},
+				{Type: v1.NodeHostName, Address: b.cfg.Addresses.Hostname},
+			},
+			DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: int32(b.cfg.Port)}},
+			NodeInfo: v1.NodeSystemInfo{
+				MachineID:               readTrim("/etc/machine-id"),
+				BootID:                  readTrim("/proc/sys/kernel/random/boot_id"),
+				KernelVersion:           kernel,
+				OSImage:                 osImage,
+				ContainerRuntimeVersion: b.cfg.RuntimeVersion,
+				KubeletVersion:          KubeletVersion,
+				OperatingSystem:         runtime.GOOS,
+				Architecture:            runtime.GOARCH,
+			},
+		},
+	}
+}
+
+// condition is one node condition before its times are filled in.
+type condition struct {
+	typ             v1.NodeConditionType
+	status          v1.ConditionStatus
+	reason, message string
+}
+
+// conditions are the pressure conditions and Ready, in the kubelet's
+// words, each with the time it last changed.
+func (b *Builder) conditions(now time.Time) []v1.NodeCondition {
+	conds := []condition{
+		{v1.NodeMemoryPressure, v1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"},
+		{v1.NodeDiskPressure, v1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"},
+		{v1.NodePIDPressure, v1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"},
+		{v1.NodeReady, v1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"},
+	}
+	memory, disk, pid := b.cfg.Pressure.Conditions()
+	if memory {
+		conds[0] = condition{v1.NodeMemoryPressure, v1.ConditionTrue, "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"}
+	}
+	if disk {
+		conds[1] = condition{v1.NodeDiskPressure, v1.ConditionTrue, "KubeletHasDiskPressure", "kubelet has disk pressure"}
+	}
+	if pid {
+		conds[2] = condition{v1.NodePIDPressure, v1.ConditionTrue, "KubeletHasInsufficientPID", "kubelet has insufficient PID available"}
+	}
+	if ready, msg := b.readiness(); !ready {
+		conds[3] = condition{v1.NodeReady, v1.ConditionFalse, "KubeletNotReady", msg}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]v1.NodeCondition, 0, len(conds))
+	for _, c := range conds {
+		if b.last[c.typ] != c.status {
+			b.last[c.typ] = c.status
+			b.since[c.typ] = now
+		}
+		out = append(out, v1.NodeCondition{
+			Type: c.typ, Status: c.status, Reason: c.reason, Message: c.message,
+			LastHeartbeatTime:  metav1.NewTime(now),
+			LastTransitionTime: metav1.NewTime(b.since[c.typ]),
+		})
+	}
+	return out
+}
+
+// readiness is the node's Ready condition: PLEG relisted recently and the
+// runtime answers and says it is ready.
+func (b *Builder) readiness() (bool, string) {
+	if ok, since := b.cfg.PLEG.Healthy(); !ok {
+		return false, "PLEG is not healthy: pleg was last seen active " + since.Round(time.Second).String() + " ago"
+	}
+	if err := b.runtimeErr(); err != nil {
+		return false, "container runtime is down: " + err.Error()
+	}
+	return true, ""
+}
+
+func (b *Builder) runtimeErr() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := b.cfg.Runtime.Status(ctx, false)
+	if err != nil {
+		return err
+	}
+	for _, c := range st.GetStatus().GetConditions() {
+		if c.Type == runtimeapi.RuntimeReady && !c.Status {
+			return errors.New(c.Reason + ": " + c.Message)
+		}
+	}
+	return nil
+}
+
+func readTrim(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func kernelVersion() string { return readTrim("/proc/sys/kernel/osrelease") }
+
+func osImage() string {
+	b, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return runtime.GOOS
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return runtime.GOOS
+}
