@@ -170,17 +170,6 @@ func (r *fakeRuntime) exit(t *testing.T, uid types.UID, name string, code int32)
 	r.exitContainer(c, code)
 }
 
-// adopt puts a container a previous agent run started into the runtime.
-func (r *fakeRuntime) adopt(pod *v1.Pod, name string) *container.ContainerStatus {
-	ps := r.pod(pod.UID)
-	ps.Name, ps.Namespace = pod.Name, pod.Namespace
-	if len(ps.Sandboxes) == 0 {
-		ps.Sandboxes = []*container.SandboxStatus{{ID: "sb-old", State: runtimeapi.PodSandboxState_SANDBOX_READY, CreatedAt: r.clk.Now(), IP: "10.0.0.9"}}
-	}
-	r.start(ps, specOf(pod, name))
-	return ps.Containers[0]
-}
-
 // attempts counts the containers of a name the runtime holds.
 func (r *fakeRuntime) attempts(uid types.UID, name string) int {
 	n := 0
