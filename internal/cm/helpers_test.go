@@ -2,20 +2,17 @@ package cm
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"regexp"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/minilet/minilet/internal/cm/cgroups"
@@ -55,28 +52,6 @@ func seedBurstable() *v1.Pod {
 func seedBestEffort() *v1.Pod { return mkPod("pod-besteffort-1", ctr("c", nil, nil)) }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// recorder keeps events for assertions.
-type recorder struct {
-	mu     sync.Mutex
-	events []string
-}
-
-func (r *recorder) Event(_ runtime.Object, typ, reason, msg string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, typ+" "+reason+" "+msg)
-}
-
-func (r *recorder) Eventf(obj runtime.Object, typ, reason, f string, args ...any) {
-	r.Event(obj, typ, reason, fmt.Sprintf(f, args...))
-}
-
-func (r *recorder) all() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.events...)
-}
 
 var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 

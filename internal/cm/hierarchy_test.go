@@ -17,6 +17,7 @@ import (
 
 	"github.com/minilet/minilet/internal/cm/cgroups"
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/events/eventstest"
 )
 
 // helperEnv makes the test binary a long-lived workload process: once
@@ -258,7 +259,7 @@ func TestCleanupOrphans(t *testing.T) {
 }
 
 func TestEnsurePodBadInput(t *testing.T) {
-	rec := &recorder{}
+	rec := &eventstest.Recorder{}
 	m := startedManager(t, Config{Recorder: rec})
 	good := withUID(seedGuaranteed(), "good")
 	if err := m.EnsurePod(good); err != nil {
@@ -269,7 +270,7 @@ func TestEnsurePodBadInput(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "requests[memory]") {
 		t.Fatalf("EnsurePod(bad) = %v, want invalid argument naming requests[memory]", err)
 	}
-	if ev := rec.all(); len(ev) != 1 || !strings.Contains(ev[0], "Warning "+ReasonFailedCreatePodContainer) {
+	if ev := rec.Events(); len(ev) != 1 || !strings.Contains(ev[0], "Warning "+ReasonFailedCreatePodContainer) {
 		t.Errorf("events = %q, want one %s warning", ev, ReasonFailedCreatePodContainer)
 	}
 	if m.Driver().Exists(m.podName(v1.PodQOSBurstable, bad.UID)) {

@@ -3,23 +3,21 @@ package eviction
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/events/eventstest"
 )
 
 // fakeStats is a stats source the test sets directly; the real one is
@@ -58,31 +56,10 @@ type killed struct {
 	grace  int64
 }
 
-type recorder struct {
-	mu     sync.Mutex
-	events []string
-}
-
-func (r *recorder) Event(_ runtime.Object, typ, reason, msg string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, typ+" "+reason+" "+msg)
-}
-
-func (r *recorder) Eventf(o runtime.Object, typ, reason, format string, args ...any) {
-	r.Event(o, typ, reason, fmt.Sprintf(format, args...))
-}
-
-func (r *recorder) has(sub string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.ContainsFunc(r.events, func(e string) bool { return strings.Contains(e, sub) })
-}
-
 type env struct {
 	stats    *fakeStats
 	clock    *testclock.FakeClock
-	rec      *recorder
+	rec      *eventstest.Recorder
 	m        *Manager
 	mu       sync.Mutex
 	pods     []*v1.Pod
@@ -104,7 +81,7 @@ func defaultHard() []config.Threshold {
 func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
 	e := &env{stats: &fakeStats{obs: Observations{}}, clock: testclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
-		rec: &recorder{}, killErr: map[string]error{}}
+		rec: &eventstest.Recorder{}, killErr: map[string]error{}}
 	e.healthy()
 	reclaim := ReclaimFuncs{
 		Containers: func(context.Context) error { e.note("containers"); return nil },
@@ -224,8 +201,8 @@ func TestMemoryPressureEvictsOnePodPerPass(t *testing.T) {
 	if len(e.reclaims) != 0 {
 		t.Fatalf("memory pressure ran disk reclaim: %v", e.reclaims)
 	}
-	if !e.rec.has("Warning Evicted "+wantMsg) || !e.rec.has("Warning EvictionThresholdMet Attempting to reclaim memory") {
-		t.Fatalf("events: %v", e.rec.events)
+	if !e.rec.Has("Warning Evicted "+wantMsg) || !e.rec.Has("Warning EvictionThresholdMet Attempting to reclaim memory") {
+		t.Fatalf("events: %v", e.rec.Events())
 	}
 
 	// The evicted pod is still shutting down: wait for it rather than

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minilet/minilet/internal/errdefs"
@@ -124,40 +123,6 @@ func (f *fakeRuntime) has(id string) bool {
 	defer f.mu.Unlock()
 	_, ok := f.images[id]
 	return ok
-}
-
-// recorder keeps events as "Type Reason Message" lines.
-type recorder struct {
-	mu     sync.Mutex
-	events []string
-}
-
-func (r *recorder) Event(_ runtime.Object, typ, reason, msg string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, typ+" "+reason+" "+msg)
-}
-
-func (r *recorder) Eventf(o runtime.Object, typ, reason, format string, args ...any) {
-	r.Event(o, typ, reason, fmt.Sprintf(format, args...))
-}
-
-func (r *recorder) count(sub string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, e := range r.events {
-		if strings.Contains(e, sub) {
-			n++
-		}
-	}
-	return n
-}
-
-func (r *recorder) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return strings.Join(r.events, "\n")
 }
 
 func testLogger(t *testing.T) *slog.Logger {

@@ -11,20 +11,21 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/events/eventstest"
 )
 
 var t0 = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 
 type env struct {
 	rt    *fakeRuntime
-	rec   *recorder
+	rec   *eventstest.Recorder
 	clock *testclock.FakeClock
 	gc    *GC
 }
 
 func newEnv(t *testing.T, cfg Config) *env {
 	t.Helper()
-	e := &env{rt: newFakeRuntime(), rec: &recorder{}, clock: testclock.NewFakeClock(t0)}
+	e := &env{rt: newFakeRuntime(), rec: &eventstest.Recorder{}, clock: testclock.NewFakeClock(t0)}
 	e.rt.capacity = 1000
 	e.gc = e.newGC(t, cfg)
 	return e
@@ -81,7 +82,7 @@ func TestGarbageCollectFreesLeastRecentlyUsedDownToLow(t *testing.T) {
 	if !e.rt.has("sha256:d") || !e.rt.has("sha256:e") {
 		t.Fatal("an image in use or too young was removed")
 	}
-	if n := e.rec.count(EventFreeDiskSpaceFailed); n != 0 {
+	if n := e.rec.Count(EventFreeDiskSpaceFailed); n != 0 {
 		t.Fatalf("events:\n%s", e.rec)
 	}
 	recs := e.gc.Images()
@@ -101,7 +102,7 @@ func TestFreeDiskSpaceFailed(t *testing.T) {
 		t.Fatalf("GarbageCollect = %v, want ResourceExhausted", err)
 	}
 	want := "Warning FreeDiskSpaceFailed Failed to garbage collect required amount of images. Attempted to free 150 bytes, but only found 0 bytes eligible to free."
-	if e.rec.count(want) != 1 {
+	if e.rec.Count(want) != 1 {
 		t.Fatalf("events:\n%s", e.rec)
 	}
 	if r := e.rt.removedIDs(); len(r) != 0 {
@@ -115,7 +116,7 @@ func TestInvalidDiskCapacity(t *testing.T) {
 	if err := e.gc.GarbageCollect(context.Background()); err == nil {
 		t.Fatal("GarbageCollect succeeded with zero capacity")
 	}
-	if e.rec.count("Warning InvalidDiskCapacity invalid capacity 0 on image filesystem") != 1 {
+	if e.rec.Count("Warning InvalidDiskCapacity invalid capacity 0 on image filesystem") != 1 {
 		t.Fatalf("events:\n%s", e.rec)
 	}
 }
@@ -125,11 +126,11 @@ func TestImageGCFailedOnlyOnRepeatedFailure(t *testing.T) {
 	ctx := context.Background()
 	e.rt.listErr = errors.New("runtime down")
 	failed := e.gc.collectOnce(ctx, false)
-	if !failed || e.rec.count(EventImageGCFailed) != 0 {
+	if !failed || e.rec.Count(EventImageGCFailed) != 0 {
 		t.Fatalf("first failure: failed=%v events:\n%s", failed, e.rec)
 	}
 	failed = e.gc.collectOnce(ctx, failed)
-	if !failed || e.rec.count("Warning ImageGCFailed list images: runtime down") != 1 {
+	if !failed || e.rec.Count("Warning ImageGCFailed list images: runtime down") != 1 {
 		t.Fatalf("second failure: failed=%v events:\n%s", failed, e.rec)
 	}
 	e.rt.listErr = nil
@@ -137,7 +138,7 @@ func TestImageGCFailedOnlyOnRepeatedFailure(t *testing.T) {
 		t.Fatal("a good pass still counts as failed")
 	}
 	e.rt.listErr = errors.New("runtime down")
-	if e.gc.collectOnce(ctx, false); e.rec.count(EventImageGCFailed) != 1 {
+	if e.gc.collectOnce(ctx, false); e.rec.Count(EventImageGCFailed) != 1 {
 		t.Fatalf("a failure after a success made an event:\n%s", e.rec)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/minilet/minilet/internal/events/eventstest"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testclock "k8s.io/utils/clock/testing"
@@ -70,7 +71,7 @@ func TestGCOnARealFilesystem(t *testing.T) {
 		t.Fatalf("test setup: usage %d%% is under the high threshold", u)
 	}
 
-	rec := &recorder{}
+	rec := &eventstest.Recorder{}
 	g, err := NewGC(Config{Policy: defaultPolicy()}, Deps{Images: rt, Containers: rt, Disk: disk, Recorder: rec,
 		Clock: testclock.NewFakeClock(t0), Logger: testLogger(t)})
 	if err != nil {

@@ -2,57 +2,22 @@ package kuberuntime
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/minilet/minilet/internal/container"
+	"github.com/minilet/minilet/internal/events/eventstest"
 	"github.com/minilet/minilet/internal/lifecycle"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	critest "k8s.io/cri-api/pkg/apis/testing"
 	testclock "k8s.io/utils/clock/testing"
 )
 
 func newFakeClock() *testclock.FakeClock { return testclock.NewFakeClock(time.Now()) }
-
-// recorder keeps events as "Type Reason Message" lines.
-type recorder struct {
-	mu     sync.Mutex
-	events []string
-}
-
-func (r *recorder) Event(_ runtime.Object, typ, reason, msg string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, typ+" "+reason+" "+msg)
-}
-
-func (r *recorder) Eventf(o runtime.Object, typ, reason, format string, args ...any) {
-	r.Event(o, typ, reason, fmt.Sprintf(format, args...))
-}
-
-func (r *recorder) has(sub string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, e := range r.events {
-		if strings.Contains(e, sub) {
-			return true
-		}
-	}
-	return false
-}
-
-func (r *recorder) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return strings.Join(r.events, "\n")
-}
 
 // fakeRuntime is cri-api's fake runtime service plus a record of the stop
 // timeouts and a hook to make preStop hooks take (fake) time. The real
@@ -95,7 +60,7 @@ type env struct {
 	rt     *fakeRuntime
 	images *critest.FakeImageService
 	clock  *testclock.FakeClock
-	rec    *recorder
+	rec    *eventstest.Recorder
 	m      *Manager
 	cfg    Config
 	// planner and probes stand in for the lifecycle core's decisions.
@@ -105,7 +70,7 @@ type env struct {
 
 func newEnv(t *testing.T, mutate ...func(*Config)) *env {
 	e := &env{t: t, rt: &fakeRuntime{FakeRuntimeService: critest.NewFakeRuntimeService(), timeouts: map[string]int64{}},
-		images: critest.NewFakeImageService(), clock: newFakeClock(), rec: &recorder{}}
+		images: critest.NewFakeImageService(), clock: newFakeClock(), rec: &eventstest.Recorder{}}
 	dir := t.TempDir()
 	e.cfg = Config{Runtime: e.rt, Images: e.images, Recorder: e.rec, Clock: e.clock,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), LogRoot: dir + "/logs", PodsDir: dir + "/pods", HostIP: "192.0.2.10"}

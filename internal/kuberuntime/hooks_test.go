@@ -49,7 +49,7 @@ func TestHTTPPreStopHook(t *testing.T) {
 		if hits.Load() != before+1 || header.Load() != "stop" {
 			t.Fatalf("%s: hook hits %d→%d header %v", tc.path, before, hits.Load(), header.Load())
 		}
-		if got := e.rec.has("Warning FailedPreStopHook"); got != tc.failed {
+		if got := e.rec.Has("Warning FailedPreStopHook"); got != tc.failed {
 			t.Fatalf("%s: FailedPreStopHook event = %v, want %v:\n%s", tc.path, got, tc.failed, e.rec)
 		}
 	}

@@ -53,7 +53,7 @@ func TestImagePresentIsNotPulled(t *testing.T) {
 			t.Fatalf("pulled a present image")
 		}
 	}
-	if !e.rec.has(`Normal Pulled Container image "busybox:1.36" already present on machine`) {
+	if !e.rec.Has(`Normal Pulled Container image "busybox:1.36" already present on machine`) {
 		t.Fatalf("events:\n%s", e.rec)
 	}
 }
@@ -67,8 +67,8 @@ func TestImagePulled(t *testing.T) {
 		t.Fatalf("sync: %+v", res)
 	}
 	// The fake clock does not move during the pull.
-	if !e.rec.has(`Normal Pulling Pulling image "busybox:1.36"`) ||
-		!e.rec.has(`Normal Pulled Successfully pulled image "busybox:1.36" in 0s (0s including waiting). Image size: 4096 bytes.`) {
+	if !e.rec.Has(`Normal Pulling Pulling image "busybox:1.36"`) ||
+		!e.rec.Has(`Normal Pulled Successfully pulled image "busybox:1.36" in 0s (0s including waiting). Image size: 4096 bytes.`) {
 		t.Fatalf("events:\n%s", e.rec)
 	}
 	if e.status(pod).state("a") != container.StateRunning {
@@ -83,7 +83,7 @@ func TestImageNeverPull(t *testing.T) {
 	if w := res.Waiting["a"]; w.Reason != "ErrImageNeverPull" || w.Message != `Container image "busybox:1.36" is not present with pull policy of Never` {
 		t.Fatalf("waiting = %+v", w)
 	}
-	if !e.rec.has("Warning ErrImageNeverPull") {
+	if !e.rec.Has("Warning ErrImageNeverPull") {
 		t.Fatalf("events:\n%s", e.rec)
 	}
 }
@@ -97,7 +97,7 @@ func TestImagePullBackOff(t *testing.T) {
 	if w := res.Waiting["a"]; w.Reason != "ErrImagePull" || !strings.Contains(w.Message, "no such host") || res.RequeueAfter != 10*time.Second {
 		t.Fatalf("first failure: %+v", res)
 	}
-	if !e.rec.has(`Warning Failed Failed to pull image "registry.invalid/app:v1": dial tcp: no such host`) {
+	if !e.rec.Has(`Warning Failed Failed to pull image "registry.invalid/app:v1": dial tcp: no such host`) {
 		t.Fatalf("events:\n%s", e.rec)
 	}
 	res = e.sync(pod)
@@ -125,7 +125,7 @@ func TestConfigMapAndSecretRefsFail(t *testing.T) {
 			t.Fatalf("container %s waiting = %+v", n, w)
 		}
 	}
-	if !strings.Contains(res.Waiting["b"].Message, `secret "db"`) || !e.rec.has("Warning Failed Error: ") {
+	if !strings.Contains(res.Waiting["b"].Message, `secret "db"`) || !e.rec.Has("Warning Failed Error: ") {
 		t.Fatalf("result %+v events:\n%s", res, e.rec)
 	}
 }
@@ -240,7 +240,7 @@ func TestInvalidImageName(t *testing.T) {
 			t.Errorf("%q: waiting = %+v", image, w)
 		}
 	}
-	if !e.rec.has("Warning InspectFailed Failed to apply default image tag") {
+	if !e.rec.Has("Warning InspectFailed Failed to apply default image tag") {
 		t.Fatalf("events:\n%s", e.rec)
 	}
 	for _, c := range e.images.Called {

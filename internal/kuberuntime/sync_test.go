@@ -33,7 +33,7 @@ func TestSyncPodStartsSandboxAndContainers(t *testing.T) {
 		if v.state(n) != container.StateRunning {
 			t.Fatalf("container %s is %q, want running", n, v.state(n))
 		}
-		if !e.rec.has("Normal Created Created container: "+n) || !e.rec.has("Normal Started Started container "+n) {
+		if !e.rec.Has("Normal Created Created container: "+n) || !e.rec.Has("Normal Started Started container "+n) {
 			t.Fatalf("missing Created/Started events for %s:\n%s", n, e.rec)
 		}
 	}
@@ -189,7 +189,7 @@ func TestCrashLoopBackOff(t *testing.T) {
 		if res.RequeueAfter != delay || res.Err != nil {
 			t.Fatalf("requeueAfter = %v err %v, want %v", res.RequeueAfter, res.Err, delay)
 		}
-		if !e.rec.has("Warning BackOff Back-off restarting failed container a in pod web_default(uid-1)") {
+		if !e.rec.Has("Warning BackOff Back-off restarting failed container a in pod web_default(uid-1)") {
 			t.Fatalf("no BackOff event:\n%s", e.rec)
 		}
 		n := e.status(pod).attempts("a")
@@ -303,7 +303,7 @@ func TestSpecChangeRestarts(t *testing.T) {
 	old := e.status(pod).ps.FindContainer("a").ID.ID
 	pod.Spec.Containers[0].Env = []v1.EnvVar{{Name: "X", Value: "2"}}
 	e.sync(pod)
-	if !e.rec.has("Normal Killing Container a definition changed, will be restarted") {
+	if !e.rec.Has("Normal Killing Container a definition changed, will be restarted") {
 		t.Fatalf("no Killing event:\n%s", e.rec)
 	}
 	v := e.status(pod)
@@ -330,7 +330,7 @@ func TestLivenessFailureRestarts(t *testing.T) {
 	e.sync(pod)
 	probes.id = e.status(pod).ps.FindContainer("a").ID.ID
 	e.sync(pod)
-	if !e.rec.has("Normal Killing Container a failed liveness probe, will be restarted") {
+	if !e.rec.Has("Normal Killing Container a failed liveness probe, will be restarted") {
 		t.Fatalf("no Killing event:\n%s", e.rec)
 	}
 	if to, _ := e.rt.timeout(probes.id); to != 7 {
@@ -376,7 +376,7 @@ func TestKillPodGracePeriod(t *testing.T) {
 					t.Fatalf("%s stopped with %d (%v), want %d", c.Name, to, ok, tc.want)
 				}
 			}
-			if !e.rec.has("Normal Killing Stopping container a") {
+			if !e.rec.Has("Normal Killing Stopping container a") {
 				t.Fatalf("missing Killing event:\n%s", e.rec)
 			}
 			v := e.status(pod)
@@ -416,7 +416,7 @@ func TestKillOrphanUsesRecordedGracePeriod(t *testing.T) {
 			if to, _ := e.rt.timeout(ps.FindContainer(n).ID.ID); to != want {
 				t.Fatalf("stub=%v: orphan container %s stopped with %d, want %d", stub, n, to, want)
 			}
-			if !e.rec.has("Normal Killing Stopping container " + n) {
+			if !e.rec.Has("Normal Killing Stopping container " + n) {
 				t.Fatalf("missing Killing event for %s:\n%s", n, e.rec)
 			}
 		}
@@ -436,7 +436,7 @@ func TestPreStopFailureEvent(t *testing.T) {
 	if err := e.m.KillPod(context.Background(), pod, e.status(pod).ps, nil); err != nil {
 		t.Fatal(err)
 	}
-	if !e.rec.has("Warning FailedPreStopHook") {
+	if !e.rec.Has("Warning FailedPreStopHook") {
 		t.Fatalf("no FailedPreStopHook event:\n%s", e.rec)
 	}
 }
@@ -447,7 +447,7 @@ func TestPostStartFailureKillsContainer(t *testing.T) {
 	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"false"}}}}
 	e.rt.InjectError("ExecSync", errors.New("exit status 1"))
 	res := e.sync(pod)
-	if !e.rec.has("Warning FailedPostStartHook") || res.Err == nil {
+	if !e.rec.Has("Warning FailedPostStartHook") || res.Err == nil {
 		t.Fatalf("no FailedPostStartHook event or error:\n%s", e.rec)
 	}
 	if e.status(pod).state("a") != container.StateExited {
@@ -464,7 +464,7 @@ func TestSandboxChangedRecreates(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.sync(pod)
-	if !e.rec.has("Normal SandboxChanged Pod sandbox changed, it will be killed and re-created.") {
+	if !e.rec.Has("Normal SandboxChanged Pod sandbox changed, it will be killed and re-created.") {
 		t.Fatalf("no SandboxChanged event:\n%s", e.rec)
 	}
 	v := e.status(pod)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minilet/minilet/internal/container"
@@ -14,23 +13,17 @@ import (
 
 var base = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
+// mkPod is a pod named web with the init containers and apps.
 func mkPod(policy v1.RestartPolicy, inits []v1.Container, apps ...string) *v1.Pod {
-	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1"}}
-	p.Spec.RestartPolicy = policy
-	p.Spec.InitContainers = inits
-	for _, n := range apps {
-		p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: n, Image: "host"})
-	}
-	return p
+	return withInit(filePod("uid-1", "web", policy, apps...), inits...)
 }
 
-func initC(name string, sidecar bool) v1.Container {
-	c := v1.Container{Name: name, Image: "host"}
-	if sidecar {
-		always := v1.ContainerRestartPolicyAlways
-		c.RestartPolicy = &always
+// initC is an init container, a sidecar when asked.
+func initC(name string, isSidecar bool) v1.Container {
+	if isSidecar {
+		return sidecar(name)
 	}
-	return c
+	return v1.Container{Name: name, Image: "host"}
 }
 
 // st makes a runtime status for a spec container; at is minutes after base.

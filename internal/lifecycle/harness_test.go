@@ -5,19 +5,18 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/minilet/minilet/internal/container"
+	"github.com/minilet/minilet/internal/events/eventstest"
 	"github.com/minilet/minilet/internal/podspec"
 	"github.com/minilet/minilet/internal/podworkers"
 )
@@ -416,32 +415,6 @@ func (s *memStore) Restored(uid types.UID) (v1.PodStatus, bool) {
 	return st, ok
 }
 
-// recorder keeps events as "Type Reason Message".
-type recorder struct {
-	mu     sync.Mutex
-	events []string
-}
-
-func (r *recorder) Event(_ runtime.Object, typ, reason, msg string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, typ+" "+reason+" "+msg)
-}
-func (r *recorder) Eventf(o runtime.Object, typ, reason, format string, args ...any) {
-	r.Event(o, typ, reason, fmt.Sprintf(format, args...))
-}
-
-func (r *recorder) has(prefix string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, e := range r.events {
-		if strings.HasPrefix(e, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
 // fakeMetrics keeps the last counts and the start latencies.
 type fakeMetrics struct {
 	starts  []time.Duration
@@ -467,7 +440,7 @@ type harness struct {
 	admitters []*fakeAdmitter
 	publisher *fakePublisher
 	store     *memStore
-	rec       *recorder
+	rec       *eventstest.Recorder
 	metrics   *fakeMetrics
 	pods      *Pods
 	syncer    *Syncer
@@ -494,7 +467,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	clk := testclock.NewFakeClock(t0)
 	h := &harness{
 		t: t, clk: clk, rt: newFakeRuntime(clk), workers: newFakeWorkers(), cgroups: &fakeCgroups{},
-		prober: newFakeProber(), publisher: &fakePublisher{}, store: newMemStore(), rec: &recorder{},
+		prober: newFakeProber(), publisher: &fakePublisher{}, store: newMemStore(), rec: &eventstest.Recorder{},
 		metrics: &fakeMetrics{},
 		admitters: []*fakeAdmitter{
 			{name: "devices", reject: map[string]string{}},

@@ -133,8 +133,8 @@ func TestAdmission(t *testing.T) {
 	if st.Phase != v1.PodFailed || st.Reason != "OutOfcpu" || st.Message != "Pod was rejected: OutOfcpu by resources" {
 		t.Fatalf("rejected status = %+v", st)
 	}
-	if !h.rec.has("Warning OutOfcpu Pod was rejected: OutOfcpu by resources") {
-		t.Fatalf("no rejection event: %v", h.rec.events)
+	if !h.rec.Has("Warning OutOfcpu Pod was rejected: OutOfcpu by resources") {
+		t.Fatalf("no rejection event: %v", h.rec.Events())
 	}
 	if got := h.admitters[0].released; len(got) != 1 || got[0] != big.UID {
 		t.Fatalf("devices released for %v, want only the rejected pod", got)

@@ -90,8 +90,8 @@ func TestRestartMatrix(t *testing.T) {
 					t.Fatalf("not restarted once its %s back-off ended", delay)
 				}
 			}
-			if !h.rec.has("Warning BackOff Back-off restarting failed container app in pod web_default(u1)") {
-				t.Errorf("no BackOff event: %v", h.rec.events)
+			if !h.rec.Has("Warning BackOff Back-off restarting failed container app in pod web_default(u1)") {
+				t.Errorf("no BackOff event: %v", h.rec.Events())
 			}
 		})
 	}
