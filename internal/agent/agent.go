@@ -133,7 +133,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	if link != nil {
-		defer link.publisher.Wait()
+		defer func() { cancel(); link.publisher.Wait() }()
 	}
 
 	// The core's per-pod steps, run by one worker per pod.
@@ -157,7 +157,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			}
 		},
 	})
-	defer workers.Wait()
+	defer func() { cancel(); workers.Wait() }() // an early return must not wait forever
 
 	// Image GC, and eviction (which reclaims through it and the runtime
 	// manager, and evicts through the workers).
