@@ -117,12 +117,6 @@ var knownSignals = map[Signal]bool{
 	SignalPIDAvailable: true,
 }
 
-// Operator compares an observed signal with a threshold.
-type Operator string
-
-// OpLessThan is the only operator eviction thresholds use.
-const OpLessThan Operator = "LessThan"
-
 // ThresholdValue is an absolute quantity or a percentage of capacity;
 // exactly one is set.
 type ThresholdValue struct {
@@ -130,10 +124,10 @@ type ThresholdValue struct {
 	Percentage float64 // fraction in (0, 1]; 0.1 = 10%
 }
 
-// Threshold is one eviction threshold, e.g. memory.available<100Mi.
+// Threshold is one eviction threshold, e.g. memory.available<100Mi: it is
+// met when the signal's available amount is below Value.
 type Threshold struct {
 	Signal      Signal
-	Operator    Operator
 	Value       ThresholdValue
 	GracePeriod time.Duration   // soft thresholds only
 	MinReclaim  *ThresholdValue // evictionMinimumReclaim for this signal, if any

@@ -163,8 +163,8 @@ func TestEvictionSettings(t *testing.T) {
 				t.Errorf("soft = %s, want %s", got, tc.soft)
 			}
 			for _, th := range c.EvictionHard {
-				if th.Operator != OpLessThan || (th.Value.Quantity == nil) == (th.Value.Percentage == 0) {
-					t.Errorf("threshold %+v: want LessThan and exactly one of quantity/percentage", th)
+				if (th.Value.Quantity == nil) == (th.Value.Percentage == 0) {
+					t.Errorf("threshold %+v: want exactly one of quantity/percentage", th)
 				}
 			}
 			if len(c.EvictionSoft) > 0 && c.EvictionSoft[0].GracePeriod != 90*time.Second {

@@ -78,7 +78,7 @@ func parseThresholds(m map[string]string, p *field.Path, reclaim map[Signal]*Thr
 		if disabled {
 			continue
 		}
-		out = append(out, Threshold{Signal: Signal(sig), Operator: OpLessThan, Value: v, MinReclaim: reclaim[Signal(sig)]})
+		out = append(out, Threshold{Signal: Signal(sig), Value: v, MinReclaim: reclaim[Signal(sig)]})
 	}
 	return out, errs
 }

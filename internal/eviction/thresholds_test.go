@@ -16,11 +16,11 @@ const mi = 1 << 20
 func qty(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
 
 func hard(sig config.Signal, v string) config.Threshold {
-	return config.Threshold{Signal: sig, Operator: config.OpLessThan, Value: config.ThresholdValue{Quantity: qty(v)}}
+	return config.Threshold{Signal: sig, Value: config.ThresholdValue{Quantity: qty(v)}}
 }
 
 func hardPct(sig config.Signal, p float64) config.Threshold {
-	return config.Threshold{Signal: sig, Operator: config.OpLessThan, Value: config.ThresholdValue{Percentage: p}}
+	return config.Threshold{Signal: sig, Value: config.ThresholdValue{Percentage: p}}
 }
 
 func signals(ths []config.Threshold) []config.Signal {
