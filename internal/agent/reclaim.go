@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -16,10 +15,7 @@ import (
 
 // startImageGC runs image garbage collection over the runtime's images.
 func (a *Agent) startImageGC(ctx context.Context, wg *sync.WaitGroup) error {
-	cfg := images.ConfigFrom(a.cfg)
-	cfg.StateDir = filepath.Join(a.cfg.RootDir, "image-gc")
-	cfg.Period = a.cfg.ImageGCPeriod
-	gc, err := images.NewGC(cfg, images.Deps{
+	gc, err := images.NewGC(imageGCConfig(a.cfg), images.Deps{
 		Images: a.cri, Containers: a.cri, Disk: images.StatfsDisk{Runtime: a.cri},
 		Recorder: a.recorder, Node: a.nodeRef(), Clock: a.clock, Logger: a.log,
 	})
@@ -42,7 +38,7 @@ func (a *Agent) startEviction(ctx context.Context, wg *sync.WaitGroup) error {
 	if err != nil {
 		return fmt.Errorf("eviction stats: %w", err)
 	}
-	m, err := eviction.New(eviction.ConfigFrom(a.cfg), eviction.Deps{
+	m, err := eviction.New(evictionConfig(a.cfg), eviction.Deps{
 		Stats: stats,
 		Reclaimer: eviction.ReclaimFuncs{
 			Containers: func(ctx context.Context) error {

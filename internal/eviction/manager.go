@@ -51,16 +51,6 @@ type Config struct {
 	PodCleanupTimeout time.Duration
 }
 
-// ConfigFrom takes the thresholds and periods from the agent's
-// configuration.
-func ConfigFrom(c *config.Config) Config {
-	return Config{
-		Hard: c.EvictionHard, Soft: c.EvictionSoft,
-		PressureTransitionPeriod: c.EvictionPressureTransitionPeriod,
-		MaxPodGracePeriod:        c.EvictionMaxPodGracePeriod,
-	}
-}
-
 // Stats measures the node and its pods.
 type Stats interface {
 	// NodeObservations measures every signal it can.

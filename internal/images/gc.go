@@ -25,7 +25,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/events"
 )
@@ -48,17 +47,6 @@ type Config struct {
 	// StateDir holds the first-detected and last-used times across
 	// restarts. "" keeps them in memory only.
 	StateDir string
-}
-
-// ConfigFrom takes the policy from the agent's configuration; the caller
-// sets Period (--image-gc-period) and StateDir.
-func ConfigFrom(c *config.Config) Config {
-	return Config{Policy: Policy{
-		HighThresholdPercent: c.ImageGCHighThresholdPercent,
-		LowThresholdPercent:  c.ImageGCLowThresholdPercent,
-		MinAge:               c.ImageMinimumGCAge,
-		MaxAge:               c.ImageMaximumGCAge,
-	}}
 }
 
 // ImageService is the part of the CRI ImageManagerService GC uses.
