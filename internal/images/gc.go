@@ -38,7 +38,7 @@ const (
 
 // Config configures the image GC.
 type Config struct {
-	Policy
+	Policy // what to collect and when; not defaulted
 	// Period between GC passes. Default 5m (the kubelet's ImageGCPeriod).
 	Period time.Duration
 	// DetectPeriod between refreshes of the image list (for Images and
@@ -141,8 +141,11 @@ func NewGC(cfg Config, deps Deps) (*GC, error) {
 	if deps.Images == nil || deps.Containers == nil || deps.Disk == nil {
 		return nil, fmt.Errorf("%w: image GC: Images, Containers and Disk are required", errdefs.ErrInvalidArgument)
 	}
-	if cfg.Period < 0 || cfg.DetectPeriod < 0 {
-		return nil, fmt.Errorf("%w: image GC: period must not be negative", errdefs.ErrInvalidArgument)
+	if cfg.Period < 0 {
+		return nil, fmt.Errorf("%w: image GC: Period %v must not be negative", errdefs.ErrInvalidArgument, cfg.Period)
+	}
+	if cfg.DetectPeriod < 0 {
+		return nil, fmt.Errorf("%w: image GC: DetectPeriod %v must not be negative", errdefs.ErrInvalidArgument, cfg.DetectPeriod)
 	}
 	if cfg.Period == 0 {
 		cfg.Period = 5 * time.Minute
