@@ -240,28 +240,6 @@ func (m *Manager) StartupFailed(containerID string) bool {
 	return ok && r == Failure
 }
 
-// KillReason reports whether a failed liveness or startup probe means
-// container c (running as containerID) must be killed. If so it returns the
-// message of the Killing event and the probe's terminationGracePeriodSeconds
-// (nil: use the pod's grace period).
-func (m *Manager) KillReason(c *v1.Container, containerID string) (kill bool, message string, gracePeriod *int64) {
-	switch {
-	case m.LivenessFailed(containerID):
-		msg := fmt.Sprintf("Container %s failed liveness probe, will be restarted", c.Name)
-		if c.LivenessProbe != nil {
-			return true, msg, c.LivenessProbe.TerminationGracePeriodSeconds
-		}
-		return true, msg, nil
-	case m.StartupFailed(containerID):
-		msg := fmt.Sprintf("Container %s failed startup probe, will be restarted", c.Name)
-		if c.StartupProbe != nil {
-			return true, msg, c.StartupProbe.TerminationGracePeriodSeconds
-		}
-		return true, msg, nil
-	}
-	return false, "", nil
-}
-
 // setResult publishes w's result for containerID and queues an Update if
 // it changed. A stopped worker publishes nothing.
 func (m *Manager) setResult(w *worker, containerID string, r Result) {
