@@ -174,9 +174,6 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, count int, er
 	return db, count, nil
 }
 
-// Path is the database file.
-func (s *Events) Path() string { return s.path }
-
 // Len is the number of stored events.
 func (s *Events) Len() int {
 	s.mu.Lock()
