@@ -22,11 +22,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/podspec"
 )
 
 // SourceAPI is the pod source name of pods from the API server, as the
 // kubelet spells it in the kubernetes.io/config.source annotation.
-const SourceAPI = "api"
+const SourceAPI = podspec.SourceAPI
 
 // Config configures a Cluster. Zero durations and rates take the
 // kubelet's defaults.
