@@ -1,7 +1,8 @@
 package config
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -15,7 +16,7 @@ import (
 // "0%") disables its signal and is left out. Results are sorted by signal.
 func parseEviction(kc *kubeletv1beta1.KubeletConfiguration) (hard, soft []eviction.Threshold, errs field.ErrorList) {
 	reclaim := map[eviction.Signal]*eviction.ThresholdValue{}
-	for _, sig := range sortedKeys(kc.EvictionMinimumReclaim) {
+	for _, sig := range slices.Sorted(maps.Keys(kc.EvictionMinimumReclaim)) {
 		p := field.NewPath("evictionMinimumReclaim").Key(sig)
 		if !eviction.Signal(sig).Known() {
 			errs = append(errs, unknownSignal(p, sig))
@@ -51,7 +52,7 @@ func parseEviction(kc *kubeletv1beta1.KubeletConfiguration) (hard, soft []evicti
 		}
 		soft[i].GracePeriod = d
 	}
-	for _, sig := range sortedKeys(kc.EvictionSoftGracePeriod) {
+	for _, sig := range slices.Sorted(maps.Keys(kc.EvictionSoftGracePeriod)) {
 		if _, ok := kc.EvictionSoft[sig]; !ok {
 			errs = append(errs, field.Invalid(graceP.Key(sig), kc.EvictionSoftGracePeriod[sig], "has no matching evictionSoft threshold"))
 		}
@@ -62,7 +63,7 @@ func parseEviction(kc *kubeletv1beta1.KubeletConfiguration) (hard, soft []evicti
 func parseThresholds(m map[string]string, p *field.Path, reclaim map[eviction.Signal]*eviction.ThresholdValue) ([]eviction.Threshold, field.ErrorList) {
 	var out []eviction.Threshold
 	var errs field.ErrorList
-	for _, sig := range sortedKeys(m) {
+	for _, sig := range slices.Sorted(maps.Keys(m)) {
 		kp := p.Key(sig)
 		if !eviction.Signal(sig).Known() {
 			errs = append(errs, unknownSignal(kp, sig))
@@ -83,13 +84,4 @@ func parseThresholds(m map[string]string, p *field.Path, reclaim map[eviction.Si
 
 func unknownSignal(p *field.Path, sig string) *field.Error {
 	return field.NotSupported(p, sig, eviction.Signals())
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -3,6 +3,7 @@ package eviction
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,14 +54,7 @@ const (
 )
 
 // Signals lists the known signals, sorted by name.
-func Signals() []Signal {
-	out := make([]Signal, 0, len(signalResource))
-	for s := range signalResource {
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out
-}
+func Signals() []Signal { return slices.Sorted(maps.Keys(signalResource)) }
 
 // Known reports whether the manager knows the signal.
 func (s Signal) Known() bool {
