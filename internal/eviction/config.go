@@ -158,31 +158,30 @@ func (t Threshold) validate(name string) error {
 	if !t.Signal.Known() {
 		return fmt.Errorf("%s.Signal: unknown eviction signal %q", name, t.Signal)
 	}
-	if err := t.Value.validate(false); err != nil {
-		return fmt.Errorf("%s.Value: %w", name, err)
+	if err := t.Value.validate(name+".Value", false); err != nil {
+		return err
 	}
 	if t.MinReclaim != nil {
-		if err := t.MinReclaim.validate(true); err != nil {
-			return fmt.Errorf("%s.MinReclaim: %w", name, err)
-		}
+		return t.MinReclaim.validate(name+".MinReclaim", true)
 	}
 	return nil
 }
 
 // validate checks that exactly one of Quantity and Percentage is set and
-// in range; a zero Percentage counts as unset unless zeroOK.
-func (v ThresholdValue) validate(zeroOK bool) error {
+// in range; a zero Percentage counts as unset unless zeroOK. name is the
+// value's field path, for the error.
+func (v ThresholdValue) validate(name string, zeroOK bool) error {
 	switch {
 	case v.Quantity != nil && v.Percentage != 0:
-		return errors.New("set Quantity or Percentage, not both")
+		return fmt.Errorf("%s: set Quantity or Percentage, not both", name)
 	case v.Quantity != nil && v.Quantity.Sign() < 0:
-		return fmt.Errorf("Quantity %s must not be negative", v.Quantity)
+		return fmt.Errorf("%s.Quantity: %s must not be negative", name, v.Quantity)
 	case v.Quantity != nil:
 		return nil
 	case v.Percentage < 0 || v.Percentage > 1:
-		return fmt.Errorf("Percentage %v must be a fraction between 0 and 1", v.Percentage)
+		return fmt.Errorf("%s.Percentage: %v must be a fraction between 0 and 1", name, v.Percentage)
 	case v.Percentage == 0 && !zeroOK:
-		return errors.New("needs a Quantity or a Percentage")
+		return fmt.Errorf("%s: needs a Quantity or a Percentage", name)
 	}
 	return nil
 }
