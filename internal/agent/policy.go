@@ -13,6 +13,10 @@ import (
 	"github.com/minilet/minilet/internal/images"
 )
 
+// The policy packages take their own options; this file is the one place
+// that maps the agent's configuration (KubeletConfiguration and flags)
+// onto them.
+
 // cgroupConfig is the cgroup manager's part of the configuration; the
 // device manager's resources count in capacity and allocatable.
 func cgroupConfig(cfg *config.Config, devices *devicemanager.Manager, recorder events.Recorder, log *slog.Logger) cm.Config {
@@ -38,12 +42,32 @@ func cgroupConfig(cfg *config.Config, devices *devicemanager.Manager, recorder e
 	}
 }
 
-// imageGCConfig is image garbage collection's part of the configuration.
+// evictionConfig takes the eviction thresholds and periods from the
+// configuration; the monitoring interval and pod cleanup timeout keep
+// the eviction package's defaults.
+func evictionConfig(cfg *config.Config) eviction.Config {
+	return eviction.Config{
+		Hard:                     cfg.EvictionHard,
+		Soft:                     cfg.EvictionSoft,
+		PressureTransitionPeriod: cfg.EvictionPressureTransitionPeriod,
+		MaxPodGracePeriod:        cfg.EvictionMaxPodGracePeriod,
+	}
+}
+
+// imageGCConfig takes the image GC policy and period from the
+// configuration and keeps GC's state under the root directory; the
+// detection period keeps the images package's default.
 func imageGCConfig(cfg *config.Config) images.Config {
-	c := images.ConfigFrom(cfg)
-	c.StateDir = filepath.Join(cfg.RootDir, "image-gc")
-	c.Period = cfg.ImageGCPeriod
-	return c
+	return images.Config{
+		Policy: images.Policy{
+			HighThresholdPercent: cfg.ImageGCHighThresholdPercent,
+			LowThresholdPercent:  cfg.ImageGCLowThresholdPercent,
+			MinAge:               cfg.ImageMinimumGCAge,
+			MaxAge:               cfg.ImageMaximumGCAge,
+		},
+		Period:   cfg.ImageGCPeriod,
+		StateDir: filepath.Join(cfg.RootDir, "image-gc"),
+	}
 }
 
 // newEviction builds the eviction manager over the host's statistics and
@@ -57,7 +81,7 @@ func newEviction(cfg *config.Config, deps eviction.Deps, cgroups *cm.Manager) (*
 		return nil, fmt.Errorf("eviction stats: %w", err)
 	}
 	deps.Stats = stats
-	m, err := eviction.New(eviction.ConfigFrom(cfg), deps)
+	m, err := eviction.New(evictionConfig(cfg), deps)
 	if err != nil {
 		return nil, fmt.Errorf("eviction: %w", err)
 	}

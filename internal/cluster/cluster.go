@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,11 +22,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/podspec"
 )
 
 // SourceAPI is the pod source name of pods from the API server, as the
 // kubelet spells it in the kubernetes.io/config.source annotation.
-const SourceAPI = "api"
+const SourceAPI = podspec.SourceAPI
 
 // Config configures a Cluster. Zero durations and rates take the
 // kubelet's defaults.
@@ -74,8 +74,6 @@ type Cluster struct {
 	watch  kubernetes.Interface // list/watch, no timeout
 	events kubernetes.Interface // event writes, own rate limit
 
-	requests atomic.Int64
-
 	node    *nodeStatus
 	pods    *podSource
 	status  *statusManager
@@ -109,7 +107,6 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg, log: cfg.Logger.With("component", "cluster"), clock: cfg.Clock}
 	base.UserAgent = "minilet/" + cfg.NodeName
-	base.WrapTransport = c.countRequests
 	mk := func(qps float32, burst int, timeout time.Duration) (kubernetes.Interface, error) {
 		rc := rest.CopyConfig(base)
 		rc.QPS, rc.Burst, rc.Timeout = qps, burst, timeout
@@ -207,20 +204,6 @@ func (c *Cluster) Stop() {
 // package does not offer).
 func (c *Cluster) Client() kubernetes.Interface { return c.client }
 
-// Requests is the number of HTTP requests sent to the API server so far.
-func (c *Cluster) Requests() int64 { return c.requests.Load() }
-
 // EventSink is the sink writing events to the API server; wrap it in an
 // events.RetryWriter before adding it to the broadcaster.
 func (c *Cluster) EventSink() *EventSink { return c.evSink }
-
-func (c *Cluster) countRequests(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		c.requests.Add(1)
-		return rt.RoundTrip(r)
-	})
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

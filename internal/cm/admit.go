@@ -15,9 +15,6 @@ const (
 	// ReasonFailedValidation rejects a pod whose resources are invalid
 	// (negative, or requests above limits).
 	ReasonFailedValidation = "FailedValidation"
-	// RejectedMessagePrefix starts the status message of a rejected pod;
-	// the event carries the message without it, as in the kubelet.
-	RejectedMessagePrefix = "Pod was rejected: "
 )
 
 // Admit decides whether pod fits next to activePods (the pods already
@@ -29,7 +26,8 @@ const (
 // OutOfexample.com/gpu, ...) or FailedValidation, and message is e.g.
 // "Node didn't have enough resource: cpu, requested: 500, used: 1500,
 // capacity: 2000". The caller records a Warning event (reason, message) and
-// sets the pod Failed with Reason reason and Message RejectedMessagePrefix+message.
+// sets the pod Failed with Reason reason and the kubelet's "Pod was
+// rejected: " message (status.Failed).
 // Extended resources the node does not advertise at all are left to the
 // device manager.
 func (m *Manager) Admit(pod *v1.Pod, activePods []*v1.Pod) (ok bool, reason, message string) {

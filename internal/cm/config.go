@@ -3,12 +3,8 @@ package cm
 import (
 	"fmt"
 	"log/slog"
-	"sort"
-	"strconv"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/cm/cgroups"
@@ -114,56 +110,4 @@ func (c *Config) validate() error {
 		}
 	}
 	return nil
-}
-
-// ParseResourceList turns a KubeletConfiguration map such as kubeReserved
-// {"cpu": "100m", "memory": "1Gi"} into a ResourceList; errors name
-// field[resource].
-func ParseResourceList(field string, m map[string]string) (v1.ResourceList, error) {
-	out := v1.ResourceList{}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		q, err := resource.ParseQuantity(m[k])
-		if err != nil {
-			return nil, fmt.Errorf("%s[%s] %q: %v: %w", field, k, m[k], err, errdefs.ErrInvalidArgument)
-		}
-		if q.Sign() < 0 {
-			return nil, fmt.Errorf("%s[%s] %q: must not be negative: %w", field, k, m[k], errdefs.ErrInvalidArgument)
-		}
-		out[v1.ResourceName(k)] = q
-	}
-	return out, nil
-}
-
-// ParseQOSReserved reads the memory percentage from a qosReserved map
-// ({"memory": "50%"}); other resources are rejected as the kubelet does.
-func ParseQOSReserved(m map[string]string) (int64, error) {
-	var pct int64
-	for k, v := range m {
-		if k != string(v1.ResourceMemory) {
-			return 0, fmt.Errorf("qosReserved[%s]: only memory is supported: %w", k, errdefs.ErrInvalidArgument)
-		}
-		n, err := parsePercent(v)
-		if err != nil {
-			return 0, fmt.Errorf("qosReserved[memory] %q: %w", v, err)
-		}
-		pct = n
-	}
-	return pct, nil
-}
-
-func parsePercent(v string) (int64, error) {
-	s, ok := strings.CutSuffix(strings.TrimSpace(v), "%")
-	if !ok {
-		return 0, fmt.Errorf("not a percentage: %w", errdefs.ErrInvalidArgument)
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > 100 {
-		return 0, fmt.Errorf("must be 0%%..100%%: %w", errdefs.ErrInvalidArgument)
-	}
-	return n, nil
 }

@@ -84,25 +84,6 @@ func TestConfigBadInput(t *testing.T) {
 	}
 }
 
-func TestParseHelpers(t *testing.T) {
-	l, err := ParseResourceList("kubeReserved", map[string]string{"cpu": "100m", "memory": "1Gi"})
-	if err != nil || l.Cpu().MilliValue() != 100 || l.Memory().Value() != 1<<30 {
-		t.Fatalf("ParseResourceList = %v, %v", l, err)
-	}
-	if _, err := ParseResourceList("systemReserved", map[string]string{"memory": "x1"}); !errors.Is(err, errdefs.ErrInvalidArgument) ||
-		!strings.Contains(err.Error(), "systemReserved[memory]") {
-		t.Errorf("bad quantity: err = %v", err)
-	}
-	if p, err := ParseQOSReserved(map[string]string{"memory": "50%"}); err != nil || p != 50 {
-		t.Errorf("ParseQOSReserved = %d, %v", p, err)
-	}
-	for _, bad := range []map[string]string{{"memory": "50"}, {"memory": "101%"}, {"cpu": "10%"}} {
-		if _, err := ParseQOSReserved(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
-			t.Errorf("ParseQOSReserved(%v): err = %v, want invalid argument", bad, err)
-		}
-	}
-}
-
 // extended is an ExtendedResources hook with fixed values.
 type extended map[string]string
 

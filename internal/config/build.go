@@ -3,10 +3,11 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -227,18 +228,9 @@ func parseReserved(m map[string]string, p *field.Path) (v1.ResourceList, field.E
 	}
 	var errs field.ErrorList
 	list := v1.ResourceList{}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		kp := p.Key(k)
-		ok := false
-		for _, r := range reservable {
-			ok = ok || k == r
-		}
-		if !ok {
+		if !slices.Contains(reservable, k) {
 			errs = append(errs, field.NotSupported(kp, k, reservable))
 			continue
 		}

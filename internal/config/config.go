@@ -14,8 +14,9 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/minilet/minilet/internal/eviction"
 )
 
 // Config is the validated configuration the agent runs with. Every field
@@ -68,10 +69,10 @@ type Config struct {
 	EnforceNodeAllocatable []string        // default [pods]
 
 	// Eviction.
-	EvictionHard                     []Threshold   // default memory.available<100Mi, nodefs.available<10%, nodefs.inodesFree<5%, imagefs.available<15%
-	EvictionSoft                     []Threshold   // default none; each has its GracePeriod
-	EvictionPressureTransitionPeriod time.Duration // default 5m
-	EvictionMaxPodGracePeriod        time.Duration // default 0
+	EvictionHard                     []eviction.Threshold // default memory.available<100Mi, nodefs.available<10%, nodefs.inodesFree<5%, imagefs.available<15%
+	EvictionSoft                     []eviction.Threshold // default none; each has its GracePeriod
+	EvictionPressureTransitionPeriod time.Duration        // default 5m
+	EvictionMaxPodGracePeriod        time.Duration        // default 0
 
 	// Images.
 	ImageGCHighThresholdPercent int           // default 85
@@ -91,50 +92,4 @@ type Config struct {
 	EventRecordQPS       int   // default 50
 	EventBurst           int   // default 100
 	LogLevel             slog.Level
-}
-
-// Signal is an eviction signal name, like "memory.available".
-type Signal string
-
-// The eviction signals minilet accepts (the kubelet's Linux set).
-const (
-	SignalMemoryAvailable            Signal = "memory.available"
-	SignalAllocatableMemoryAvailable Signal = "allocatableMemory.available"
-	SignalNodeFsAvailable            Signal = "nodefs.available"
-	SignalNodeFsInodesFree           Signal = "nodefs.inodesFree"
-	SignalImageFsAvailable           Signal = "imagefs.available"
-	SignalImageFsInodesFree          Signal = "imagefs.inodesFree"
-	SignalContainerFsAvailable       Signal = "containerfs.available"
-	SignalContainerFsInodesFree      Signal = "containerfs.inodesFree"
-	SignalPIDAvailable               Signal = "pid.available"
-)
-
-var knownSignals = map[Signal]bool{
-	SignalMemoryAvailable: true, SignalAllocatableMemoryAvailable: true,
-	SignalNodeFsAvailable: true, SignalNodeFsInodesFree: true,
-	SignalImageFsAvailable: true, SignalImageFsInodesFree: true,
-	SignalContainerFsAvailable: true, SignalContainerFsInodesFree: true,
-	SignalPIDAvailable: true,
-}
-
-// Operator compares an observed signal with a threshold.
-type Operator string
-
-// OpLessThan is the only operator eviction thresholds use.
-const OpLessThan Operator = "LessThan"
-
-// ThresholdValue is an absolute quantity or a percentage of capacity;
-// exactly one is set.
-type ThresholdValue struct {
-	Quantity   *resource.Quantity
-	Percentage float64 // fraction in (0, 1]; 0.1 = 10%
-}
-
-// Threshold is one eviction threshold, e.g. memory.available<100Mi.
-type Threshold struct {
-	Signal      Signal
-	Operator    Operator
-	Value       ThresholdValue
-	GracePeriod time.Duration   // soft thresholds only
-	MinReclaim  *ThresholdValue // evictionMinimumReclaim for this signal, if any
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/eviction"
 )
 
 func init() {
@@ -48,7 +49,7 @@ func mustLoad(t *testing.T, file string, args ...string) *Config {
 	return c
 }
 
-func thresholds(ts []Threshold) string {
+func thresholds(ts []eviction.Threshold) string {
 	var s []string
 	for _, t := range ts {
 		s = append(s, t.String())
@@ -163,8 +164,8 @@ func TestEvictionSettings(t *testing.T) {
 				t.Errorf("soft = %s, want %s", got, tc.soft)
 			}
 			for _, th := range c.EvictionHard {
-				if th.Operator != OpLessThan || (th.Value.Quantity == nil) == (th.Value.Percentage == 0) {
-					t.Errorf("threshold %+v: want LessThan and exactly one of quantity/percentage", th)
+				if (th.Value.Quantity == nil) == (th.Value.Percentage == 0) {
+					t.Errorf("threshold %+v: want exactly one of quantity/percentage", th)
 				}
 			}
 			if len(c.EvictionSoft) > 0 && c.EvictionSoft[0].GracePeriod != 90*time.Second {
@@ -174,7 +175,7 @@ func TestEvictionSettings(t *testing.T) {
 	}
 	c := mustLoad(t, header+"evictionMinimumReclaim: {memory.available: 50Mi}\n")
 	for _, th := range c.EvictionHard {
-		if th.Signal == SignalMemoryAvailable && (th.MinReclaim == nil || th.MinReclaim.Quantity.String() != "50Mi") {
+		if th.Signal == eviction.SignalMemoryAvailable && (th.MinReclaim == nil || th.MinReclaim.Quantity.String() != "50Mi") {
 			t.Errorf("min reclaim not attached: %+v", th)
 		}
 	}
@@ -272,35 +273,6 @@ func TestStrictFile(t *testing.T) {
 	o.ConfigFile = filepath.Join(t.TempDir(), "missing.yaml")
 	if _, err := Load(&o, fs); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("missing file: %v", err)
-	}
-}
-
-func TestParseThresholdValue(t *testing.T) {
-	cases := []struct {
-		in       string
-		want     string
-		disabled bool
-		err      bool
-	}{
-		{"100Mi", "100Mi", false, false},
-		{"10%", "10%", false, false},
-		{"0.5%", "0.5%", false, false},
-		{"0%", "0%", true, false},
-		{"0", "0", true, false},
-		{"-1Mi", "", false, true},
-		{"101%", "", false, true},
-		{"x%", "", false, true},
-		{"abc", "", false, true},
-	}
-	for _, tc := range cases {
-		v, disabled, err := ParseThresholdValue(tc.in)
-		if (err != nil) != tc.err {
-			t.Errorf("%q: err = %v", tc.in, err)
-			continue
-		}
-		if err == nil && (v.String() != tc.want || disabled != tc.disabled) {
-			t.Errorf("%q: got %s disabled=%v, want %s disabled=%v", tc.in, v, disabled, tc.want, tc.disabled)
-		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/eviction"
 )
 
 // The file's apiVersion and kind.
@@ -205,10 +206,10 @@ func parseEvictionFlag(s string) (map[string]string, error) {
 // DefaultEvictionHard is the kubelet's default hard eviction set (Linux).
 func DefaultEvictionHard() map[string]string {
 	return map[string]string{
-		string(SignalMemoryAvailable):  "100Mi",
-		string(SignalNodeFsAvailable):  "10%",
-		string(SignalNodeFsInodesFree): "5%",
-		string(SignalImageFsAvailable): "15%",
+		string(eviction.SignalMemoryAvailable):  "100Mi",
+		string(eviction.SignalNodeFsAvailable):  "10%",
+		string(eviction.SignalNodeFsInodesFree): "5%",
+		string(eviction.SignalImageFsAvailable): "15%",
 	}
 }
 

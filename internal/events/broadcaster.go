@@ -150,23 +150,6 @@ func (b *Broadcaster) AddSink(s Sink) (remove func()) {
 	}
 }
 
-// Record correlates ev (taking ownership of it) and queues the result for
-// the sinks; it reports whether ev will be written. It never blocks: when
-// the queue is full the event is dropped, counted, and the burst logged
-// once. Recorders use it through EventRecorder.
-func (b *Broadcaster) Record(ev *v1.Event) bool {
-	if !b.admit() {
-		return false
-	}
-	res := b.corr.Correlate(ev)
-	if res.Skip {
-		b.recorded.Add(1)
-		b.filter()
-		return false
-	}
-	return b.enqueue(queued{ev: res.Event, update: res.Update})
-}
-
 // queued is one correlated event waiting for the sinks.
 type queued struct {
 	ev     *v1.Event

@@ -125,7 +125,7 @@ func TestRecorderBuildsEvents(t *testing.T) {
 	rec.Event(pod, v1.EventTypeNormal, "Scheduled", "picked up")
 	rec.Eventf(ContainerRef(pod, "app"), v1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s", "app")
 	rec.Event(ContainerRef(pod, "init"), v1.EventTypeNormal, "Started", "Started container init")
-	rec.Event(NodeRef("node1"), v1.EventTypeNormal, "Starting", "Starting minilet.")
+	rec.Event(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1", UID: "node1"}}, v1.EventTypeNormal, "Starting", "Starting minilet.")
 	rec.AnnotatedEventf(pod, map[string]string{"k": "v"}, v1.EventTypeNormal, "Pulled", "image %q present", "host")
 	rec.Event(pod, "Bogus", "Nope", "dropped: type is neither Normal nor Warning")
 	rec.Event(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm"}}, v1.EventTypeNormal, "X", "dropped: no kind")
@@ -340,23 +340,6 @@ func TestConcurrentRecordersExactAccounting(t *testing.T) {
 	}
 	if st.Filtered == 0 {
 		t.Fatalf("stats %+v: expected the spam filter to act on 3000 events per pod", st)
-	}
-}
-
-func TestNewEventListSortsByLastTimestamp(t *testing.T) {
-	at := func(name string, d time.Duration) v1.Event {
-		return v1.Event{ObjectMeta: metav1.ObjectMeta{Name: name}, LastTimestamp: metav1.NewTime(t0.Add(d))}
-	}
-	l := NewEventList([]v1.Event{at("c", 2*time.Second), at("b", time.Second), at("a", time.Second), at("z", 0)})
-	var got []string
-	for _, e := range l.Items {
-		got = append(got, e.Name)
-	}
-	if strings.Join(got, ",") != "z,a,b,c" || l.Kind != "EventList" || l.APIVersion != "v1" {
-		t.Fatalf("order %v kind %s/%s", got, l.APIVersion, l.Kind)
-	}
-	if empty := NewEventList(nil); empty.Items == nil {
-		t.Fatal("empty list must have non-nil items so it encodes as []")
 	}
 }
 

@@ -30,6 +30,9 @@ type step struct {
 	sameAs   int // 1-based index of the step whose event name this one reuses; 0: a new name
 }
 
+// len is the cache's size, for tests.
+func (c *lru[K, V]) len() int { return len(c.items) }
+
 func testEvent(now time.Time, s step) *v1.Event {
 	obj, typ, reason, msg := s.object, s.typ, s.reason, s.message
 	if obj == "" {

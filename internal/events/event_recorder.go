@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 
 	"github.com/minilet/minilet/internal/errdefs"
@@ -169,12 +168,6 @@ func ContainerRef(pod *v1.Pod, container string) *v1.ObjectReference {
 	}
 	ref.FieldPath = path
 	return &ref
-}
-
-// NodeRef references the node the way the kubelet does (its UID is the
-// node name).
-func NodeRef(nodeName string) *v1.ObjectReference {
-	return &v1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: nodeName, UID: types.UID(nodeName)}
 }
 
 // nameSeq hands out the nanosecond suffixes of event names: the clock's

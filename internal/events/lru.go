@@ -55,8 +55,6 @@ func (c *lru[K, V]) put(k K, v V) *V {
 	return &n.val
 }
 
-func (c *lru[K, V]) len() int { return len(c.items) }
-
 func (c *lru[K, V]) unlink(n *lruNode[K, V]) {
 	n.prev.next = n.next
 	n.next.prev = n.prev

@@ -2,9 +2,11 @@ package events
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -64,15 +66,18 @@ func TestPipelineToStoreSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := NewEventList(evs)
+	// Order by last seen, as the CLI shows them.
+	slices.SortStableFunc(evs, func(a, b v1.Event) int {
+		return cmp.Or(a.LastTimestamp.Compare(b.LastTimestamp.Time), strings.Compare(a.Name, b.Name))
+	})
 	var got []string
-	for _, e := range list.Items {
+	for _, e := range evs {
 		got = append(got, fmt.Sprintf("%s/%d", e.Reason, e.Count))
 	}
 	if strings.Join(got, " ") != "Pulled/1 Created/1 Started/1 BackOff/5" {
 		t.Fatalf("web's events after restart: %v", got)
 	}
-	if last := list.Items[3]; !last.LastTimestamp.Time.Equal(t0.Add(50*time.Second)) || !last.FirstTimestamp.Time.Equal(t0.Add(10*time.Second)) {
+	if last := evs[3]; !last.LastTimestamp.Time.Equal(t0.Add(50*time.Second)) || !last.FirstTimestamp.Time.Equal(t0.Add(10*time.Second)) {
 		t.Fatalf("BackOff first %v last %v", last.FirstTimestamp, last.LastTimestamp)
 	}
 	dbEvents, _ := st2.List("ns1", "db")

@@ -3,7 +3,6 @@ package events
 import (
 	"context"
 	"log/slog"
-	"sort"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -103,22 +102,4 @@ func (s *StoreSink) Flush(context.Context) error {
 		return nil
 	}
 	return s.w.PutEvents(batch)
-}
-
-// NewEventList returns events as a v1.EventList sorted by lastTimestamp,
-// oldest first (ties by name), as `kubectl get events` shows them.
-func NewEventList(evs []v1.Event) *v1.EventList {
-	sort.SliceStable(evs, func(i, j int) bool {
-		a, b := &evs[i], &evs[j]
-		if !a.LastTimestamp.Equal(&b.LastTimestamp) {
-			return a.LastTimestamp.Before(&b.LastTimestamp)
-		}
-		return a.Name < b.Name
-	})
-	l := &v1.EventList{Items: evs}
-	l.Kind, l.APIVersion = "EventList", "v1"
-	if l.Items == nil {
-		l.Items = []v1.Event{}
-	}
-	return l
 }

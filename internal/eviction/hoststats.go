@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/errdefs"
 )
 
@@ -78,16 +77,16 @@ func (h *HostStats) NodeObservations(ctx context.Context) (Observations, error) 
 	obs := Observations{}
 	var errs []string
 	if o, err := h.memory(); err == nil {
-		obs[config.SignalMemoryAvailable] = o
+		obs[SignalMemoryAvailable] = o
 	} else {
 		errs = append(errs, err.Error())
 	}
 	for _, fs := range []struct {
 		path          string
-		bytes, inodes config.Signal
+		bytes, inodes Signal
 	}{
-		{h.cfg.RootDir, config.SignalNodeFsAvailable, config.SignalNodeFsInodesFree},
-		{h.cfg.ImageFsPath, config.SignalImageFsAvailable, config.SignalImageFsInodesFree},
+		{h.cfg.RootDir, SignalNodeFsAvailable, SignalNodeFsInodesFree},
+		{h.cfg.ImageFsPath, SignalImageFsAvailable, SignalImageFsInodesFree},
 	} {
 		var st unix.Statfs_t
 		if err := unix.Statfs(fs.path, &st); err != nil {
@@ -101,7 +100,7 @@ func (h *HostStats) NodeObservations(ctx context.Context) (Observations, error) 
 		}
 	}
 	if o, err := h.pids(); err == nil {
-		obs[config.SignalPIDAvailable] = o
+		obs[SignalPIDAvailable] = o
 	} else {
 		errs = append(errs, err.Error())
 	}

@@ -15,8 +15,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	testclock "k8s.io/utils/clock/testing"
-
-	"github.com/minilet/minilet/internal/config"
 )
 
 func TestHostStatsMeasuresTheMachine(t *testing.T) {
@@ -28,15 +26,15 @@ func TestHostStatsMeasuresTheMachine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sig := range []config.Signal{config.SignalMemoryAvailable, config.SignalNodeFsAvailable, config.SignalImageFsAvailable, config.SignalPIDAvailable} {
+	for _, sig := range []Signal{SignalMemoryAvailable, SignalNodeFsAvailable, SignalImageFsAvailable, SignalPIDAvailable} {
 		o, ok := obs[sig]
 		if !ok || o.Capacity <= 0 || o.Available < 0 || o.Available > o.Capacity {
 			t.Errorf("%s = %+v (present %v)", sig, o, ok)
 		}
 	}
-	if obs[config.SignalNodeFsAvailable] != obs[config.SignalImageFsAvailable] {
+	if obs[SignalNodeFsAvailable] != obs[SignalImageFsAvailable] {
 		t.Errorf("without an image fs path both filesystems are the root dir's: %+v vs %+v",
-			obs[config.SignalNodeFsAvailable], obs[config.SignalImageFsAvailable])
+			obs[SignalNodeFsAvailable], obs[SignalImageFsAvailable])
 	}
 	if _, err := NewHostStats(HostStatsConfig{}); err == nil {
 		t.Error("NewHostStats accepted no root dir")
@@ -160,7 +158,7 @@ func TestDiskPressureOnARealFilesystem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := obs[config.SignalNodeFsAvailable]; o.Available < o.Capacity/2 {
+	if o := obs[SignalNodeFsAvailable]; o.Available < o.Capacity/2 {
 		t.Fatalf("after eviction only %d of %d bytes free", o.Available, o.Capacity)
 	}
 	// The condition stays for the transition period, then clears.
@@ -198,7 +196,7 @@ func TestDedicatedImageFs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := obs[config.SignalImageFsAvailable]; o.Capacity != 1<<20 {
+	if o := obs[SignalImageFsAvailable]; o.Capacity != 1<<20 {
 		t.Fatalf("imagefs.available = %+v, want the 1 MiB tmpfs", o)
 	}
 }

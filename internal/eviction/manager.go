@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
-	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/events"
 )
@@ -32,34 +31,6 @@ const Reason = "Evicted"
 // immediateGracePeriod is the grace period, in seconds, of pods evicted
 // for a hard threshold (the kubelet's immediate eviction).
 const immediateGracePeriod = 1
-
-// Config configures the eviction manager.
-type Config struct {
-	Hard []config.Threshold // evictionHard
-	Soft []config.Threshold // evictionSoft, each with its GracePeriod
-	// PressureTransitionPeriod is how long a pressure condition stays
-	// after its threshold was last met. Default 5m.
-	PressureTransitionPeriod time.Duration
-	// MaxPodGracePeriod bounds the grace period of pods evicted for a
-	// soft threshold: min(this, the pod's terminationGracePeriodSeconds);
-	// negative uses the pod's own. Default 0.
-	MaxPodGracePeriod time.Duration
-	// MonitoringInterval between observations. Default 10s.
-	MonitoringInterval time.Duration
-	// PodCleanupTimeout is how long to wait for an evicted pod to go
-	// before evicting another. Default 30s.
-	PodCleanupTimeout time.Duration
-}
-
-// ConfigFrom takes the thresholds and periods from the agent's
-// configuration.
-func ConfigFrom(c *config.Config) Config {
-	return Config{
-		Hard: c.EvictionHard, Soft: c.EvictionSoft,
-		PressureTransitionPeriod: c.EvictionPressureTransitionPeriod,
-		MaxPodGracePeriod:        c.EvictionMaxPodGracePeriod,
-	}
-}
 
 // Stats measures the node and its pods.
 type Stats interface {
@@ -134,7 +105,7 @@ type Manager struct {
 	clock clock.WithTicker
 
 	mu            sync.Mutex // guards the fields below
-	thresholdsMet []config.Threshold
+	thresholdsMet []Threshold
 	firstObserved map[thresholdKey]time.Time
 	condLast      map[v1.NodeConditionType]time.Time
 	conditions    []v1.NodeConditionType
@@ -146,23 +117,8 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if deps.Stats == nil || deps.KillPod == nil || deps.ActivePods == nil {
 		return nil, fmt.Errorf("%w: eviction manager: Stats, KillPod and ActivePods are required", errdefs.ErrInvalidArgument)
 	}
-	for _, th := range append(slices.Clone(cfg.Hard), cfg.Soft...) {
-		if _, ok := signalResource[th.Signal]; !ok {
-			return nil, fmt.Errorf("%w: eviction threshold: unknown signal %q", errdefs.ErrInvalidArgument, th.Signal)
-		}
-	}
-	for _, th := range cfg.Soft {
-		if th.GracePeriod <= 0 {
-			return nil, fmt.Errorf("%w: soft eviction threshold %s: needs a positive grace period", errdefs.ErrInvalidArgument, th.Signal)
-		}
-	}
-	for _, th := range cfg.Hard {
-		if th.GracePeriod != 0 {
-			return nil, fmt.Errorf("%w: hard eviction threshold %s: must not have a grace period", errdefs.ErrInvalidArgument, th.Signal)
-		}
-	}
-	if cfg.PressureTransitionPeriod < 0 || cfg.MonitoringInterval < 0 || cfg.PodCleanupTimeout < 0 {
-		return nil, fmt.Errorf("%w: eviction manager: periods must not be negative", errdefs.ErrInvalidArgument)
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("eviction manager: %w", err)
 	}
 	if cfg.PressureTransitionPeriod == 0 {
 		cfg.PressureTransitionPeriod = 5 * time.Minute
@@ -314,13 +270,13 @@ func (m *Manager) waitingForCleanup(pods []*v1.Pod, now time.Time) bool {
 // reclaimNode deletes dead containers, then unused images, for disk
 // signals, and reports whether that ended every met threshold (counting
 // minimum reclaim).
-func (m *Manager) reclaimNode(ctx context.Context, th config.Threshold, active []config.Threshold) bool {
+func (m *Manager) reclaimNode(ctx context.Context, th Threshold, active []Threshold) bool {
 	res := signalResource[th.Signal]
 	if res != v1.ResourceEphemeralStorage && res != resourceInodes {
 		return false
 	}
 	if d, ok := m.deps.Stats.(DedicatedImageFs); ok && d.DedicatedImageFs() &&
-		(th.Signal == config.SignalNodeFsAvailable || th.Signal == config.SignalNodeFsInodesFree) {
+		(th.Signal == SignalNodeFsAvailable || th.Signal == SignalNodeFsInodesFree) {
 		return false
 	}
 	if err := m.deps.Reclaimer.DeleteUnusedContainers(ctx); err != nil {
@@ -345,7 +301,7 @@ func (m *Manager) reclaimNode(ctx context.Context, th config.Threshold, active [
 
 // evictOne evicts the first pod in the signal's ranking that is not
 // critical and whose kill succeeds.
-func (m *Manager) evictOne(ctx context.Context, th config.Threshold, obs Observations, pods []*v1.Pod) {
+func (m *Manager) evictOne(ctx context.Context, th Threshold, obs Observations, pods []*v1.Pod) {
 	if len(pods) == 0 {
 		m.log.Warn("eviction threshold met but there are no pods to evict", "signal", th.Signal)
 		return
@@ -378,7 +334,7 @@ func (m *Manager) evictOne(ctx context.Context, th config.Threshold, obs Observa
 	m.log.Error("eviction threshold met but no pod could be evicted", "signal", th.Signal)
 }
 
-func (m *Manager) gracePeriod(th config.Threshold, pod *v1.Pod) int64 {
+func (m *Manager) gracePeriod(th Threshold, pod *v1.Pod) int64 {
 	if th.GracePeriod == 0 {
 		return immediateGracePeriod
 	}

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	testclock "k8s.io/utils/clock/testing"
 
-	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/events/eventstest"
 )
@@ -28,7 +27,7 @@ type fakeStats struct {
 	usage map[types.UID]PodUsage
 }
 
-func (f *fakeStats) set(sig config.Signal, avail, capacity int64) {
+func (f *fakeStats) set(sig Signal, avail, capacity int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.obs[sig] = Observation{Available: avail, Capacity: capacity}
@@ -69,12 +68,12 @@ type env struct {
 	killErr  map[string]error
 }
 
-func defaultHard() []config.Threshold {
-	return []config.Threshold{
-		hard(config.SignalMemoryAvailable, "100Mi"),
-		hardPct(config.SignalNodeFsAvailable, 0.1),
-		hardPct(config.SignalNodeFsInodesFree, 0.05),
-		hardPct(config.SignalImageFsAvailable, 0.15),
+func defaultHard() []Threshold {
+	return []Threshold{
+		hard(SignalMemoryAvailable, "100Mi"),
+		hardPct(SignalNodeFsAvailable, 0.1),
+		hardPct(SignalNodeFsInodesFree, 0.05),
+		hardPct(SignalImageFsAvailable, 0.15),
 	}
 }
 
@@ -125,11 +124,11 @@ func (e *env) note(s string) {
 }
 
 func (e *env) healthy() {
-	e.stats.set(config.SignalMemoryAvailable, 4096*mi, 8192*mi)
-	e.stats.set(config.SignalNodeFsAvailable, 50*1024*mi, 100*1024*mi)
-	e.stats.set(config.SignalNodeFsInodesFree, 900000, 1000000)
-	e.stats.set(config.SignalImageFsAvailable, 50*1024*mi, 100*1024*mi)
-	e.stats.set(config.SignalPIDAvailable, 30000, 32768)
+	e.stats.set(SignalMemoryAvailable, 4096*mi, 8192*mi)
+	e.stats.set(SignalNodeFsAvailable, 50*1024*mi, 100*1024*mi)
+	e.stats.set(SignalNodeFsInodesFree, 900000, 1000000)
+	e.stats.set(SignalImageFsAvailable, 50*1024*mi, 100*1024*mi)
+	e.stats.set(SignalPIDAvailable, 30000, 32768)
 }
 
 func (e *env) sync(t *testing.T) {
@@ -157,8 +156,8 @@ func (e *env) remove(name string) {
 
 func TestNewRejectsBadConfig(t *testing.T) {
 	deps := Deps{Stats: &fakeStats{}, KillPod: func(*v1.Pod, v1.PodStatus, int64) error { return nil }, ActivePods: func() []*v1.Pod { return nil }}
-	soft := hard(config.SignalMemoryAvailable, "1Gi") // a soft threshold without grace period
-	for _, cfg := range []Config{{Soft: []config.Threshold{soft}}, {Hard: []config.Threshold{hard("bogus.signal", "1")}}} {
+	soft := hard(SignalMemoryAvailable, "1Gi") // a soft threshold without grace period
+	for _, cfg := range []Config{{Soft: []Threshold{soft}}, {Hard: []Threshold{hard("bogus.signal", "1")}}} {
 		if _, err := New(cfg, deps); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("New(%+v) = %v, want InvalidArgument", cfg, err)
 		}
@@ -184,7 +183,7 @@ func TestMemoryPressureEvictsOnePodPerPass(t *testing.T) {
 		t.Fatalf("healthy node: conditions %v %v %v, kills %v", mem, disk, pid, e.killedNames())
 	}
 
-	e.stats.set(config.SignalMemoryAvailable, 50*mi, 8192*mi)
+	e.stats.set(SignalMemoryAvailable, 50*mi, 8192*mi)
 	e.sync(t)
 	if mem, _, _ := e.m.Conditions(); !mem {
 		t.Fatal("no MemoryPressure below memory.available<100Mi")
@@ -224,8 +223,8 @@ func TestMemoryPressureEvictsOnePodPerPass(t *testing.T) {
 
 func TestPressureConditionTransitionPeriod(t *testing.T) {
 	e := newEnv(t, Config{Hard: defaultHard(), PressureTransitionPeriod: 5 * time.Minute})
-	e.stats.set(config.SignalPIDAvailable, 10, 32768)
-	e.m.cfg.Hard = append(e.m.cfg.Hard, hard(config.SignalPIDAvailable, "1000"))
+	e.stats.set(SignalPIDAvailable, 10, 32768)
+	e.m.cfg.Hard = append(e.m.cfg.Hard, hard(SignalPIDAvailable, "1000"))
 	e.sync(t)
 	if _, _, pid := e.m.Conditions(); !pid {
 		t.Fatal("no PIDPressure")
@@ -246,8 +245,8 @@ func TestPressureConditionTransitionPeriod(t *testing.T) {
 func TestDiskPressureReclaimsNodeFirst(t *testing.T) {
 	e := newEnv(t, Config{Hard: defaultHard()})
 	e.pods = []*v1.Pod{mkPod("a", 0, "")}
-	e.stats.set(config.SignalImageFsAvailable, 10*1024*mi, 100*1024*mi)
-	e.onImages = func() { e.stats.set(config.SignalImageFsAvailable, 40*1024*mi, 100*1024*mi) }
+	e.stats.set(SignalImageFsAvailable, 10*1024*mi, 100*1024*mi)
+	e.onImages = func() { e.stats.set(SignalImageFsAvailable, 40*1024*mi, 100*1024*mi) }
 	e.sync(t)
 	if !slices.Equal(e.reclaims, []string{"containers", "images"}) {
 		t.Fatalf("reclaim steps %v, want dead containers then unused images", e.reclaims)
@@ -271,7 +270,7 @@ func TestDiskPressureEvictsWhenReclaimIsNotEnough(t *testing.T) {
 	e.pods = []*v1.Pod{crit, mkPod("writer", 0, ""), mkPod("quiet", 0, "")}
 	e.stats.usage = map[types.UID]PodUsage{"uid-critical": {Disk: 9000 * mi}, "uid-writer": {Disk: 800 * mi}, "uid-quiet": {Disk: mi}}
 	e.killErr["writer"] = errors.New("runtime unavailable")
-	e.stats.set(config.SignalNodeFsAvailable, 5*1024*mi, 100*1024*mi)
+	e.stats.set(SignalNodeFsAvailable, 5*1024*mi, 100*1024*mi)
 	e.sync(t)
 	if !slices.Equal(e.reclaims, []string{"containers", "images"}) {
 		t.Fatalf("reclaim steps %v", e.reclaims)
@@ -287,14 +286,14 @@ func TestDiskPressureEvictsWhenReclaimIsNotEnough(t *testing.T) {
 }
 
 func TestSoftThresholdWaitsForGracePeriod(t *testing.T) {
-	soft := hard(config.SignalMemoryAvailable, "1Gi")
+	soft := hard(SignalMemoryAvailable, "1Gi")
 	soft.GracePeriod = time.Minute
-	e := newEnv(t, Config{Hard: defaultHard(), Soft: []config.Threshold{soft}, MaxPodGracePeriod: 20 * time.Second})
+	e := newEnv(t, Config{Hard: defaultHard(), Soft: []Threshold{soft}, MaxPodGracePeriod: 20 * time.Second})
 	p := mkPod("slow", 0, "")
 	p.Spec.TerminationGracePeriodSeconds = new(int64)
 	*p.Spec.TerminationGracePeriodSeconds = 60
 	e.pods = []*v1.Pod{p}
-	e.stats.set(config.SignalMemoryAvailable, 512*mi, 8192*mi)
+	e.stats.set(SignalMemoryAvailable, 512*mi, 8192*mi)
 	e.sync(t)
 	if mem, _, _ := e.m.Conditions(); !mem || len(e.killedNames()) != 0 {
 		t.Fatalf("during the grace period: memory pressure %v (want true), kills %v (want none)", mem, e.killedNames())
@@ -307,14 +306,14 @@ func TestSoftThresholdWaitsForGracePeriod(t *testing.T) {
 }
 
 func TestMinReclaimKeepsEvicting(t *testing.T) {
-	th := hard(config.SignalMemoryAvailable, "100Mi")
-	th.MinReclaim = &config.ThresholdValue{Quantity: qty("200Mi")}
-	e := newEnv(t, Config{Hard: []config.Threshold{th}})
+	th := hard(SignalMemoryAvailable, "100Mi")
+	th.MinReclaim = &ThresholdValue{Quantity: qty("200Mi")}
+	e := newEnv(t, Config{Hard: []Threshold{th}})
 	e.pods = []*v1.Pod{mkPod("a", 0, ""), mkPod("b", 1, "")}
-	e.stats.set(config.SignalMemoryAvailable, 50*mi, 8192*mi)
+	e.stats.set(SignalMemoryAvailable, 50*mi, 8192*mi)
 	e.sync(t)
 	e.remove("a")
-	e.stats.set(config.SignalMemoryAvailable, 150*mi, 8192*mi) // above 100Mi, below 100Mi+200Mi
+	e.stats.set(SignalMemoryAvailable, 150*mi, 8192*mi) // above 100Mi, below 100Mi+200Mi
 	e.clock.Step(10 * time.Second)
 	e.sync(t)
 	if got := e.killedNames(); !slices.Equal(got, []string{"a", "b"}) {
@@ -324,7 +323,7 @@ func TestMinReclaimKeepsEvicting(t *testing.T) {
 
 func TestAdmitUnderMemoryPressure(t *testing.T) {
 	e := newEnv(t, Config{Hard: defaultHard()})
-	e.stats.set(config.SignalMemoryAvailable, 10*mi, 8192*mi)
+	e.stats.set(SignalMemoryAvailable, 10*mi, 8192*mi)
 	e.sync(t)
 	bestEffort := mkPod("be", 0, "")
 	if ok, reason, msg := e.m.Admit(bestEffort); ok || reason != "Evicted" || msg != "The node had condition: [MemoryPressure]. " {
@@ -357,7 +356,7 @@ func TestRunObservesEveryInterval(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	e.stats.set(config.SignalMemoryAvailable, mi, 8192*mi)
+	e.stats.set(SignalMemoryAvailable, mi, 8192*mi)
 	e.clock.Step(10 * time.Second)
 	for len(e.killedNames()) == 0 {
 		if time.Now().After(deadline) {
@@ -376,14 +375,14 @@ func TestNodeFsPressureWithDedicatedImageFsSkipsImageReclaim(t *testing.T) {
 	e := newEnv(t, Config{Hard: defaultHard()})
 	e.m.deps.Stats = dedicatedStats{e.stats}
 	e.pods = []*v1.Pod{mkPod("a", 0, "")}
-	e.stats.set(config.SignalNodeFsAvailable, 5*1024*mi, 100*1024*mi)
+	e.stats.set(SignalNodeFsAvailable, 5*1024*mi, 100*1024*mi)
 	e.sync(t)
 	if len(e.reclaims) != 0 || !slices.Equal(e.killedNames(), []string{"a"}) {
 		t.Fatalf("reclaims %v kills %v: deleting images cannot help the node fs when images live elsewhere", e.reclaims, e.killedNames())
 	}
 	e.remove("a")
 	e.healthy()
-	e.stats.set(config.SignalImageFsAvailable, 5*1024*mi, 100*1024*mi)
+	e.stats.set(SignalImageFsAvailable, 5*1024*mi, 100*1024*mi)
 	e.clock.Step(10 * time.Second)
 	e.sync(t)
 	if !slices.Equal(e.reclaims, []string{"containers", "images"}) {

@@ -7,14 +7,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/qos"
 )
 
 // evictionMessage explains an eviction in the kubelet's words: the
 // resource, the threshold and what was available, and for memory each
 // container using more than it requested.
-func evictionMessage(th config.Threshold, obs Observations, pod *v1.Pod, u PodUsage, known bool) string {
+func evictionMessage(th Threshold, obs Observations, pod *v1.Pod, u PodUsage, known bool) string {
 	res := signalResource[th.Signal]
 	var b strings.Builder
 	fmt.Fprintf(&b, "The node was low on resource: %v. ", res)

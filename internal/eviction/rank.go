@@ -6,8 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/minilet/minilet/internal/config"
 )
 
 // PodUsage is what a pod uses, for ranking pods to evict.
@@ -25,7 +23,7 @@ type podCompare func(a, b *v1.Pod) int
 // rankPods sorts pods so the first is the one to evict for the signal,
 // the way the kubelet ranks them. Pods without usage figures go first
 // (their usage is unknown, as with the kubelet).
-func rankPods(sig config.Signal, pods []*v1.Pod, usage map[types.UID]PodUsage) {
+func rankPods(sig Signal, pods []*v1.Pod, usage map[types.UID]PodUsage) {
 	var by []podCompare
 	switch signalResource[sig] {
 	case v1.ResourceMemory:

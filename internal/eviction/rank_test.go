@@ -8,8 +8,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/minilet/minilet/internal/config"
 )
 
 // mkPod makes a one-container pod with a priority and, if given, a
@@ -41,42 +39,42 @@ func TestRankPods(t *testing.T) {
 	}
 	cases := []struct {
 		name   string
-		signal config.Signal
+		signal Signal
 		pods   []*v1.Pod
 		usage  map[string]PodUsage
 		want   []string
 	}{
 		{
 			name:   "memory: over requests before under, whatever the priority",
-			signal: config.SignalMemoryAvailable,
+			signal: SignalMemoryAvailable,
 			pods:   []*v1.Pod{mkPod("under-low-prio", -10, "500Mi"), mkPod("over-high-prio", 1000, "100Mi")},
 			usage:  map[string]PodUsage{"under-low-prio": {Memory: 400 * mi}, "over-high-prio": {Memory: 150 * mi}},
 			want:   []string{"over-high-prio", "under-low-prio"},
 		},
 		{
 			name:   "memory: then lower priority first",
-			signal: config.SignalMemoryAvailable,
+			signal: SignalMemoryAvailable,
 			pods:   []*v1.Pod{mkPod("hi", 100, ""), mkPod("lo", 0, ""), mkPod("mid", 50, "")},
 			usage:  map[string]PodUsage{"hi": {Memory: 900 * mi}, "lo": {Memory: 10 * mi}, "mid": {Memory: 500 * mi}},
 			want:   []string{"lo", "mid", "hi"},
 		},
 		{
 			name:   "memory: then most usage above requests",
-			signal: config.SignalMemoryAvailable,
+			signal: SignalMemoryAvailable,
 			pods:   []*v1.Pod{mkPod("a", 0, "100Mi"), mkPod("b", 0, "10Mi"), mkPod("c", 0, "")},
 			usage:  map[string]PodUsage{"a": {Memory: 300 * mi}, "b": {Memory: 250 * mi}, "c": {Memory: 230 * mi}},
 			want:   []string{"b", "c", "a"}, // 240Mi, 230Mi, 200Mi above requests
 		},
 		{
 			name:   "pods without figures go first",
-			signal: config.SignalMemoryAvailable,
+			signal: SignalMemoryAvailable,
 			pods:   []*v1.Pod{mkPod("measured", 0, ""), mkPod("unknown", 1000, "")},
 			usage:  map[string]PodUsage{"measured": {Memory: 900 * mi}},
 			want:   []string{"unknown", "measured"},
 		},
 		{
 			name:   "disk: over ephemeral-storage requests, then priority, then usage",
-			signal: config.SignalNodeFsAvailable,
+			signal: SignalNodeFsAvailable,
 			pods: []*v1.Pod{withDisk(mkPod("within", -5, ""), "1Gi"), withDisk(mkPod("over-small", 10, ""), "1Mi"),
 				withDisk(mkPod("over-big", 10, ""), "1Mi")},
 			usage: map[string]PodUsage{"within": {Disk: 100 * mi}, "over-small": {Disk: 5 * mi}, "over-big": {Disk: 50 * mi}},
@@ -84,14 +82,14 @@ func TestRankPods(t *testing.T) {
 		},
 		{
 			name:   "inodes rank by inodes used",
-			signal: config.SignalImageFsInodesFree,
+			signal: SignalImageFsInodesFree,
 			pods:   []*v1.Pod{mkPod("few", 0, ""), mkPod("many", 0, "")},
 			usage:  map[string]PodUsage{"few": {Inodes: 10}, "many": {Inodes: 10000}},
 			want:   []string{"many", "few"},
 		},
 		{
 			name:   "pids: priority, then most processes",
-			signal: config.SignalPIDAvailable,
+			signal: SignalPIDAvailable,
 			pods:   []*v1.Pod{mkPod("hi-many", 100, ""), mkPod("lo-few", 0, ""), mkPod("lo-many", 0, "")},
 			usage:  map[string]PodUsage{"hi-many": {Processes: 5000}, "lo-few": {Processes: 3}, "lo-many": {Processes: 300}},
 			want:   []string{"lo-many", "lo-few", "hi-many"},

@@ -6,8 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-
-	"github.com/minilet/minilet/internal/config"
 )
 
 // Observation is one signal's measurement: what is available and out of
@@ -19,7 +17,7 @@ type Observation struct {
 
 // Observations are the node's signals at one moment; a signal the stats
 // source cannot measure is absent, and thresholds on it are never met.
-type Observations map[config.Signal]Observation
+type Observations map[Signal]Observation
 
 // resourceInodes is the pseudo-resource the kubelet names inode pressure
 // by; resourcePIDs likewise for pid.available.
@@ -30,35 +28,35 @@ const (
 
 // signalResource is the resource each signal is about, as the kubelet
 // names it in eviction messages.
-var signalResource = map[config.Signal]v1.ResourceName{
-	config.SignalMemoryAvailable:            v1.ResourceMemory,
-	config.SignalAllocatableMemoryAvailable: v1.ResourceMemory,
-	config.SignalNodeFsAvailable:            v1.ResourceEphemeralStorage,
-	config.SignalNodeFsInodesFree:           resourceInodes,
-	config.SignalImageFsAvailable:           v1.ResourceEphemeralStorage,
-	config.SignalImageFsInodesFree:          resourceInodes,
-	config.SignalContainerFsAvailable:       v1.ResourceEphemeralStorage,
-	config.SignalContainerFsInodesFree:      resourceInodes,
-	config.SignalPIDAvailable:               resourcePIDs,
+var signalResource = map[Signal]v1.ResourceName{
+	SignalMemoryAvailable:            v1.ResourceMemory,
+	SignalAllocatableMemoryAvailable: v1.ResourceMemory,
+	SignalNodeFsAvailable:            v1.ResourceEphemeralStorage,
+	SignalNodeFsInodesFree:           resourceInodes,
+	SignalImageFsAvailable:           v1.ResourceEphemeralStorage,
+	SignalImageFsInodesFree:          resourceInodes,
+	SignalContainerFsAvailable:       v1.ResourceEphemeralStorage,
+	SignalContainerFsInodesFree:      resourceInodes,
+	SignalPIDAvailable:               resourcePIDs,
 }
 
 // signalCondition is the node condition a met threshold on the signal
 // raises.
-var signalCondition = map[config.Signal]v1.NodeConditionType{
-	config.SignalMemoryAvailable:            v1.NodeMemoryPressure,
-	config.SignalAllocatableMemoryAvailable: v1.NodeMemoryPressure,
-	config.SignalNodeFsAvailable:            v1.NodeDiskPressure,
-	config.SignalNodeFsInodesFree:           v1.NodeDiskPressure,
-	config.SignalImageFsAvailable:           v1.NodeDiskPressure,
-	config.SignalImageFsInodesFree:          v1.NodeDiskPressure,
-	config.SignalContainerFsAvailable:       v1.NodeDiskPressure,
-	config.SignalContainerFsInodesFree:      v1.NodeDiskPressure,
-	config.SignalPIDAvailable:               v1.NodePIDPressure,
+var signalCondition = map[Signal]v1.NodeConditionType{
+	SignalMemoryAvailable:            v1.NodeMemoryPressure,
+	SignalAllocatableMemoryAvailable: v1.NodeMemoryPressure,
+	SignalNodeFsAvailable:            v1.NodeDiskPressure,
+	SignalNodeFsInodesFree:           v1.NodeDiskPressure,
+	SignalImageFsAvailable:           v1.NodeDiskPressure,
+	SignalImageFsInodesFree:          v1.NodeDiskPressure,
+	SignalContainerFsAvailable:       v1.NodeDiskPressure,
+	SignalContainerFsInodesFree:      v1.NodeDiskPressure,
+	SignalPIDAvailable:               v1.NodePIDPressure,
 }
 
 // quantity is a threshold value (absolute, or a share of capacity) in
 // the signal's unit.
-func quantity(v config.ThresholdValue, capacity int64) int64 {
+func quantity(v ThresholdValue, capacity int64) int64 {
 	if v.Quantity != nil {
 		return v.Quantity.Value()
 	}
@@ -67,7 +65,7 @@ func quantity(v config.ThresholdValue, capacity int64) int64 {
 
 // formatQuantity formats a threshold's value like the kubelet's
 // messages (binary units for bytes, plain numbers otherwise).
-func formatQuantity(sig config.Signal, n int64) string {
+func formatQuantity(sig Signal, n int64) string {
 	if signalResource[sig] == v1.ResourceMemory || signalResource[sig] == v1.ResourceEphemeralStorage {
 		return resource.NewQuantity(n, resource.BinarySI).String()
 	}
@@ -78,8 +76,8 @@ func formatQuantity(sig config.Signal, n int64) string {
 // With minReclaim, a threshold stays met until the signal is above its
 // value plus its minimum reclaim, so a node that just crossed back does
 // not flap.
-func thresholdsMet(ths []config.Threshold, obs Observations, minReclaim bool) []config.Threshold {
-	var out []config.Threshold
+func thresholdsMet(ths []Threshold, obs Observations, minReclaim bool) []Threshold {
+	var out []Threshold
 	for _, th := range ths {
 		o, ok := obs[th.Signal]
 		if !ok {
@@ -99,19 +97,19 @@ func thresholdsMet(ths []config.Threshold, obs Observations, minReclaim bool) []
 // thresholdKey identifies a threshold (hard and soft ones on the same
 // signal are different thresholds).
 type thresholdKey struct {
-	signal config.Signal
+	signal Signal
 	soft   bool
 }
 
-func keyOf(th config.Threshold) thresholdKey {
+func keyOf(th Threshold) thresholdKey {
 	return thresholdKey{signal: th.Signal, soft: th.GracePeriod > 0}
 }
 
 // mergeThresholds joins two lists without duplicates, keeping order.
-func mergeThresholds(a, b []config.Threshold) []config.Threshold {
+func mergeThresholds(a, b []Threshold) []Threshold {
 	out := slices.Clone(a)
 	for _, th := range b {
-		if !slices.ContainsFunc(out, func(o config.Threshold) bool { return keyOf(o) == keyOf(th) }) {
+		if !slices.ContainsFunc(out, func(o Threshold) bool { return keyOf(o) == keyOf(th) }) {
 			out = append(out, th)
 		}
 	}
@@ -120,7 +118,7 @@ func mergeThresholds(a, b []config.Threshold) []config.Threshold {
 
 // firstObserved carries forward when each met threshold was first seen
 // met; thresholds no longer met are dropped.
-func firstObserved(met []config.Threshold, prev map[thresholdKey]time.Time, now time.Time) map[thresholdKey]time.Time {
+func firstObserved(met []Threshold, prev map[thresholdKey]time.Time, now time.Time) map[thresholdKey]time.Time {
 	out := make(map[thresholdKey]time.Time, len(met))
 	for _, th := range met {
 		k := keyOf(th)
@@ -135,8 +133,8 @@ func firstObserved(met []config.Threshold, prev map[thresholdKey]time.Time, now 
 
 // gracePeriodMet keeps the thresholds that have been met for at least
 // their grace period (hard thresholds have none).
-func gracePeriodMet(met []config.Threshold, since map[thresholdKey]time.Time, now time.Time) []config.Threshold {
-	var out []config.Threshold
+func gracePeriodMet(met []Threshold, since map[thresholdKey]time.Time, now time.Time) []Threshold {
+	var out []Threshold
 	for _, th := range met {
 		if t, ok := since[keyOf(th)]; ok && now.Sub(t) >= th.GracePeriod {
 			out = append(out, th)
@@ -147,7 +145,7 @@ func gracePeriodMet(met []config.Threshold, since map[thresholdKey]time.Time, no
 
 // conditionsObserved records now as the last time each condition of the
 // met thresholds was observed.
-func conditionsObserved(met []config.Threshold, last map[v1.NodeConditionType]time.Time, now time.Time) map[v1.NodeConditionType]time.Time {
+func conditionsObserved(met []Threshold, last map[v1.NodeConditionType]time.Time, now time.Time) map[v1.NodeConditionType]time.Time {
 	out := make(map[v1.NodeConditionType]time.Time, len(last)+len(met))
 	for c, t := range last {
 		out[c] = t
@@ -174,7 +172,7 @@ func activeConditions(last map[v1.NodeConditionType]time.Time, transition time.D
 
 // signalOrder ranks signals for reclaim: memory first, then disk, then
 // process IDs (the kubelet reclaims memory before anything else).
-func signalOrder(s config.Signal) int {
+func signalOrder(s Signal) int {
 	switch signalResource[s] {
 	case v1.ResourceMemory:
 		return 0
@@ -188,6 +186,6 @@ func signalOrder(s config.Signal) int {
 
 // sortByEvictionPriority orders met thresholds so the first is the one
 // to reclaim for.
-func sortByEvictionPriority(ths []config.Threshold) {
-	slices.SortStableFunc(ths, func(a, b config.Threshold) int { return signalOrder(a.Signal) - signalOrder(b.Signal) })
+func sortByEvictionPriority(ths []Threshold) {
+	slices.SortStableFunc(ths, func(a, b Threshold) int { return signalOrder(a.Signal) - signalOrder(b.Signal) })
 }

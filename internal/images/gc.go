@@ -25,7 +25,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/events"
 )
@@ -39,7 +38,7 @@ const (
 
 // Config configures the image GC.
 type Config struct {
-	Policy
+	Policy // what to collect and when; not defaulted
 	// Period between GC passes. Default 5m (the kubelet's ImageGCPeriod).
 	Period time.Duration
 	// DetectPeriod between refreshes of the image list (for Images and
@@ -48,17 +47,6 @@ type Config struct {
 	// StateDir holds the first-detected and last-used times across
 	// restarts. "" keeps them in memory only.
 	StateDir string
-}
-
-// ConfigFrom takes the policy from the agent's configuration; the caller
-// sets Period (--image-gc-period) and StateDir.
-func ConfigFrom(c *config.Config) Config {
-	return Config{Policy: Policy{
-		HighThresholdPercent: c.ImageGCHighThresholdPercent,
-		LowThresholdPercent:  c.ImageGCLowThresholdPercent,
-		MinAge:               c.ImageMinimumGCAge,
-		MaxAge:               c.ImageMaximumGCAge,
-	}}
 }
 
 // ImageService is the part of the CRI ImageManagerService GC uses.
@@ -153,8 +141,11 @@ func NewGC(cfg Config, deps Deps) (*GC, error) {
 	if deps.Images == nil || deps.Containers == nil || deps.Disk == nil {
 		return nil, fmt.Errorf("%w: image GC: Images, Containers and Disk are required", errdefs.ErrInvalidArgument)
 	}
-	if cfg.Period < 0 || cfg.DetectPeriod < 0 {
-		return nil, fmt.Errorf("%w: image GC: period must not be negative", errdefs.ErrInvalidArgument)
+	if cfg.Period < 0 {
+		return nil, fmt.Errorf("%w: image GC: Period %v must not be negative", errdefs.ErrInvalidArgument, cfg.Period)
+	}
+	if cfg.DetectPeriod < 0 {
+		return nil, fmt.Errorf("%w: image GC: DetectPeriod %v must not be negative", errdefs.ErrInvalidArgument, cfg.DetectPeriod)
 	}
 	if cfg.Period == 0 {
 		cfg.Period = 5 * time.Minute

@@ -44,10 +44,20 @@ func defaultPolicy() Policy {
 	return Policy{HighThresholdPercent: 85, LowThresholdPercent: 80, MinAge: 2 * time.Minute}
 }
 
-func TestNewGCRejectsBadPolicy(t *testing.T) {
-	_, err := NewGC(Config{Policy: Policy{HighThresholdPercent: 70, LowThresholdPercent: 80}}, Deps{Images: newFakeRuntime(), Containers: newFakeRuntime(), Disk: newFakeRuntime()})
-	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "LowThresholdPercent 80 can not be higher than HighThresholdPercent 70") {
-		t.Fatalf("NewGC error = %v", err)
+func TestNewGCRejectsBadConfig(t *testing.T) {
+	deps := Deps{Images: newFakeRuntime(), Containers: newFakeRuntime(), Disk: newFakeRuntime()}
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Policy: Policy{HighThresholdPercent: 70, LowThresholdPercent: 80}}, "LowThresholdPercent 80 can not be higher than HighThresholdPercent 70"},
+		{Config{Policy: defaultPolicy(), Period: -time.Second}, "Period -1s must not be negative"},
+		{Config{Policy: defaultPolicy(), DetectPeriod: -time.Second}, "DetectPeriod -1s must not be negative"},
+	} {
+		_, err := NewGC(tc.cfg, deps)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewGC(%+v) error = %v, want InvalidArgument with %q", tc.cfg, err, tc.want)
+		}
 	}
 }
 

@@ -12,18 +12,22 @@ import (
 )
 
 // Policy is the image garbage-collection policy, the kubelet's
-// ImageGCPolicy.
+// ImageGCPolicy. Zero is a meaningful value for every field, so none is
+// defaulted: the caller passes the full policy (the kubelet's defaults
+// are 85, 80, 2m and 0).
 type Policy struct {
-	// HighThresholdPercent is the image-fs usage (percent) at or above
-	// which GC frees space. 100 disables size-based GC. Default 85.
+	// HighThresholdPercent is the image-fs usage (percent, 0-100) at or
+	// above which GC frees space. 100 disables size-based GC.
 	HighThresholdPercent int
-	// LowThresholdPercent is the usage GC frees down to. Default 80.
+	// LowThresholdPercent is the usage GC frees down to (0 to
+	// HighThresholdPercent).
 	LowThresholdPercent int
 	// MinAge is how long an image must have been known before it may be
-	// collected (it may have just been pulled for a pod). Default 2m.
+	// collected (it may have just been pulled for a pod). Not negative;
+	// 0 lets any unused image go.
 	MinAge time.Duration
 	// MaxAge removes images unused for longer than this, whatever the
-	// disk usage. 0 (the default) turns it off.
+	// disk usage; it must exceed MinAge. 0 turns it off.
 	MaxAge time.Duration
 }
 

@@ -86,9 +86,6 @@ func NewFile(cfg FileConfig) (*FileSource, error) {
 // Updates delivers full snapshots; an unread snapshot is replaced by a newer one.
 func (s *FileSource) Updates() <-chan Update { return s.pub.ch }
 
-// Ready reports whether the first full read has been delivered.
-func (s *FileSource) Ready() bool { return s.pub.ready.Load() }
-
 // Run reads and watches until ctx ends. It returns only then (nil), or at
 // once with an error if the watcher cannot be created.
 func (s *FileSource) Run(ctx context.Context) error {

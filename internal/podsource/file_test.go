@@ -15,7 +15,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/minilet/minilet/internal/errdefs"
@@ -171,9 +170,6 @@ func TestFileSourceFollowsDirectoryChanges(t *testing.T) {
 	s := startFile(t, FileConfig{Path: dir, Period: time.Hour, OnError: sink.on})
 
 	pods := waitNames(t, s.Updates(), "web-node1")
-	if !s.Ready() {
-		t.Fatal("not Ready after the first snapshot")
-	}
 	p := pods[0]
 	if p.Namespace != "default" || p.Spec.NodeName != node || p.Annotations[podspec.AnnotationConfigSource] != "file" {
 		t.Fatalf("static pod identity not applied: %+v", p.ObjectMeta)
@@ -292,12 +288,14 @@ func TestFileSourceStepOnlyOnChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Ready() {
-		t.Fatal("Ready before the first read")
+	select {
+	case u := <-s.Updates():
+		t.Fatalf("snapshot before the first read: %+v", u)
+	default:
 	}
-	s.Step() // missing directory: an empty set, and ready
-	if u := <-s.Updates(); len(u.Pods) != 0 || u.Source != "file" || !s.Ready() {
-		t.Fatalf("missing dir: %+v ready=%v", u, s.Ready())
+	s.Step() // missing directory: an empty set, still sent
+	if u := <-s.Updates(); len(u.Pods) != 0 || u.Source != "file" {
+		t.Fatalf("missing dir: %+v", u)
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -350,15 +348,6 @@ func TestNewFileRejectsBadConfig(t *testing.T) {
 		if _, err := NewFile(cfg); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("NewFile(%+v) = %v, want InvalidArgument", cfg, err)
 		}
-	}
-}
-
-func TestDiff(t *testing.T) {
-	mk := func(uid string) *v1.Pod { p := &v1.Pod{}; p.UID = types.UID(uid); return p }
-	a, b, c := mk("a"), mk("b"), mk("c")
-	added, removed := Diff([]*v1.Pod{a, b}, []*v1.Pod{b, c})
-	if len(added) != 1 || added[0] != c || len(removed) != 1 || removed[0] != a {
-		t.Fatalf("added %v removed %v", added, removed)
 	}
 }
 

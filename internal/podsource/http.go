@@ -79,9 +79,6 @@ func NewHTTP(cfg HTTPConfig) (*HTTPSource, error) {
 // Updates delivers full snapshots; an unread snapshot is replaced by a newer one.
 func (s *HTTPSource) Updates() <-chan Update { return s.pub.ch }
 
-// Ready reports whether the first successful read has been delivered.
-func (s *HTTPSource) Ready() bool { return s.pub.ready.Load() }
-
 // Run polls until ctx ends, then returns nil.
 func (s *HTTPSource) Run(ctx context.Context) error {
 	ticker := s.cfg.Clock.NewTicker(s.cfg.Period)

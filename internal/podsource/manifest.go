@@ -3,11 +3,12 @@
 //
 // Each source emits an Update holding every pod it currently defines
 // (SET semantics), only when that set changed, and reports bad manifests
-// through an OnError callback naming the file. The agent keeps the last
-// snapshot per source and diffs consecutive snapshots with Diff (pods are
-// keyed by UID, and a static pod's UID is its content hash, so an edited
-// manifest shows up as the old pod removed and a new one added, as in the
-// kubelet).
+// through an OnError callback naming the file. The first snapshot is
+// always sent, even when empty, so the consumer knows the source was read.
+// The agent diffs each snapshot against the pods it runs from that source
+// (pods are keyed by UID, and a static pod's UID is its content hash, so
+// an edited manifest shows up as the old pod removed and a new one added,
+// as in the kubelet).
 package podsource
 
 import (

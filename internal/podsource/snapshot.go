@@ -3,7 +3,6 @@ package podsource
 import (
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -37,9 +36,9 @@ type ErrorFunc func(path string, err error)
 type publisher struct {
 	source string
 	ch     chan Update
-	ready  atomic.Bool
 
 	mu   sync.Mutex
+	sent bool // a snapshot was sent (the first one always is)
 	last []types.UID
 	seen map[types.UID]time.Time // first-seen time per pod version
 }
@@ -69,14 +68,14 @@ func (p *publisher) publish(pods []*v1.Pod) bool {
 		}
 	}
 	p.seen = seen
-	changed := !p.ready.Load() || !equalUIDs(p.last, uids)
+	changed := !p.sent || !equalUIDs(p.last, uids)
 	p.last = uids
+	p.sent = true
 	p.mu.Unlock()
 
 	if !changed {
 		return false
 	}
-	p.ready.Store(true) // before the send: a receiver must see Ready
 	u := Update{Source: p.source, Pods: pods}
 	select {
 	case p.ch <- u:
@@ -128,26 +127,3 @@ func (r *errorReporter) report(path string, err error) {
 
 // end finishes a full read: paths not reported in it are healthy again.
 func (r *errorReporter) end() { r.last, r.now = r.now, nil }
-
-// Diff compares two snapshots of one source by UID: added are pods only in
-// next, removed only in prev. An edited static pod has a new UID and so
-// appears in both lists, as REMOVE of the old version and ADD of the new.
-func Diff(prev, next []*v1.Pod) (added, removed []*v1.Pod) {
-	old := make(map[types.UID]bool, len(prev))
-	for _, p := range prev {
-		old[p.UID] = true
-	}
-	cur := make(map[types.UID]bool, len(next))
-	for _, p := range next {
-		cur[p.UID] = true
-		if !old[p.UID] {
-			added = append(added, p)
-		}
-	}
-	for _, p := range prev {
-		if !cur[p.UID] {
-			removed = append(removed, p)
-		}
-	}
-	return added, removed
-}

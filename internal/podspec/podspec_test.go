@@ -65,9 +65,16 @@ func TestSetDefaults(t *testing.T) {
 	pod2 := basePod()
 	pod2.Spec.RestartPolicy = v1.RestartPolicyNever
 	pod2.Spec.Containers[0].ImagePullPolicy = v1.PullAlways
+	pod2.Spec.Containers[0].Resources = v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")},
+		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")},
+	}
 	SetDefaults(pod2)
 	if pod2.Spec.RestartPolicy != v1.RestartPolicyNever || pod2.Spec.Containers[0].ImagePullPolicy != v1.PullAlways {
 		t.Fatal("SetDefaults overwrote values from the manifest")
+	}
+	if q := pod2.Spec.Containers[0].Resources.Requests[v1.ResourceCPU]; q.MilliValue() != 100 {
+		t.Fatalf("explicit request overwritten by the limit: %s", q.String())
 	}
 }
 

@@ -119,9 +119,8 @@ func TestExecLivenessFailureRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.await(t, "liveness failure", is(Liveness, "test://cid-1", Failure))
-	kill, msg, _ := s.m.KillReason(&c, "test://cid-1")
-	if !kill || msg != "Container app failed liveness probe, will be restarted" {
-		t.Fatalf("KillReason = %v %q", kill, msg)
+	if !s.m.LivenessFailed(tid("cid-1")) {
+		t.Fatal("LivenessFailed = false after the liveness failure")
 	}
 	failed := 0
 	for _, e := range s.rec.list() {

@@ -253,27 +253,23 @@ func TestRemoveAndCleanup(t *testing.T) {
 	}
 }
 
-func TestKillReason(t *testing.T) {
+func TestLivenessAndStartupFailed(t *testing.T) {
 	h := newHarness(t)
-	live := execProbe()
-	live.TerminationGracePeriodSeconds = ptr.To[int64](7)
-	c := v1.Container{Name: "app", LivenessProbe: live, StartupProbe: execProbe()}
+	c := v1.Container{Name: "app", LivenessProbe: execProbe(), StartupProbe: execProbe()}
 	pod := newPod("uid-1", c)
 	if err := h.m.AddPod(pod); err != nil {
 		t.Fatal(err)
 	}
-	if kill, _, _ := h.m.KillReason(&c, "test://cid-1"); kill {
+	if h.m.LivenessFailed(tid("cid-1")) || h.m.StartupFailed(tid("cid-1")) {
 		t.Fatal("nothing failed yet")
 	}
 	h.m.setResult(h.worker(t, pod, "app", Startup), "test://cid-1", Failure)
-	kill, msg, grace := h.m.KillReason(&c, "test://cid-1")
-	if !kill || msg != "Container app failed startup probe, will be restarted" || grace != nil {
-		t.Fatalf("startup: %v %q %v", kill, msg, grace)
+	if !h.m.StartupFailed(tid("cid-1")) || h.m.LivenessFailed(tid("cid-1")) {
+		t.Fatal("startup failure: want StartupFailed only")
 	}
 	h.m.setResult(h.worker(t, pod, "app", Liveness), "test://cid-1", Failure)
-	kill, msg, grace = h.m.KillReason(&c, "test://cid-1")
-	if !kill || msg != "Container app failed liveness probe, will be restarted" || ptr.Deref(grace, 0) != 7 {
-		t.Fatalf("liveness: %v %q %v", kill, msg, grace)
+	if !h.m.LivenessFailed(tid("cid-1")) || h.m.LivenessFailed(tid("cid-2")) {
+		t.Fatal("liveness failure: want LivenessFailed for cid-1 only")
 	}
 }
 

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
-	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/prober/probe/exec"
@@ -229,39 +228,16 @@ func (m *Manager) Get(kind Kind, containerID string) (Result, bool) {
 
 // LivenessFailed reports whether the container's liveness probe has
 // failed, so the runtime must kill and restart it.
-func (m *Manager) LivenessFailed(id container.ID) bool {
-	r, ok := m.Get(Liveness, id.String())
+func (m *Manager) LivenessFailed(containerID string) bool {
+	r, ok := m.Get(Liveness, containerID)
 	return ok && r == Failure
 }
 
 // StartupFailed reports whether the container's startup probe has failed,
 // so the runtime must kill and restart it.
-func (m *Manager) StartupFailed(id container.ID) bool {
-	r, ok := m.Get(Startup, id.String())
+func (m *Manager) StartupFailed(containerID string) bool {
+	r, ok := m.Get(Startup, containerID)
 	return ok && r == Failure
-}
-
-// KillReason reports whether a failed liveness or startup probe means
-// container c (running as containerID) must be killed. If so it returns the
-// message of the Killing event and the probe's terminationGracePeriodSeconds
-// (nil: use the pod's grace period).
-func (m *Manager) KillReason(c *v1.Container, containerID string) (kill bool, message string, gracePeriod *int64) {
-	id, _ := container.ParseID(containerID)
-	switch {
-	case m.LivenessFailed(id):
-		msg := fmt.Sprintf("Container %s failed liveness probe, will be restarted", c.Name)
-		if c.LivenessProbe != nil {
-			return true, msg, c.LivenessProbe.TerminationGracePeriodSeconds
-		}
-		return true, msg, nil
-	case m.StartupFailed(id):
-		msg := fmt.Sprintf("Container %s failed startup probe, will be restarted", c.Name)
-		if c.StartupProbe != nil {
-			return true, msg, c.StartupProbe.TerminationGracePeriodSeconds
-		}
-		return true, msg, nil
-	}
-	return false, "", nil
 }
 
 // setResult publishes w's result for containerID and queues an Update if

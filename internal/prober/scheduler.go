@@ -95,19 +95,6 @@ func (s *scheduler) pushLocked(w *worker, due time.Time) {
 	heap.Push(&s.heap, heapEntry{key: due.UnixNano(), gen: w.gen, w: w})
 }
 
-// scheduled counts the workers waiting in the heap.
-func (s *scheduler) scheduled() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, e := range s.heap {
-		if e.gen == e.w.gen && e.w.queued {
-			n++
-		}
-	}
-	return n
-}
-
 // loop dispatches due workers until ctx ends, then waits for the probes in
 // flight.
 func (s *scheduler) loop(ctx context.Context) {

@@ -12,6 +12,19 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
+// scheduled counts the workers waiting in the heap.
+func (s *scheduler) scheduled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range s.heap {
+		if e.gen == e.w.gen && e.w.queued {
+			n++
+		}
+	}
+	return n
+}
+
 // gateExecer holds every exec until released and tracks how many run at
 // once; it stands in for slow containers.
 type gateExecer struct {

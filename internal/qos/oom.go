@@ -11,8 +11,6 @@ const (
 	GuaranteedOOMScoreAdj = -997
 	// BestEffortOOMScoreAdj makes BestEffort pods the first to be killed.
 	BestEffortOOMScoreAdj = 1000
-	// KubeletOOMScoreAdj is what the kubelet gives itself.
-	KubeletOOMScoreAdj = -999
 )
 
 // ContainerOOMScoreAdj returns the oom_score_adj for container c of pod on

@@ -76,30 +76,6 @@ func addPositive(dst, src v1.ResourceList) map[v1.ResourceName]bool {
 	return found
 }
 
-// ApplyRequestDefaults does what API-server defaulting does for a pod that
-// never went through an API server (a static pod from a file): a container
-// (or init container) that sets a limit but no request for a resource gets
-// the limit as its request. Without it a pod that sets only limits would be
-// Burstable instead of Guaranteed. It mutates pod.
-func ApplyRequestDefaults(pod *v1.Pod) {
-	fill := func(cs []v1.Container) {
-		for i := range cs {
-			r := &cs[i].Resources
-			for name, lim := range r.Limits {
-				if _, ok := r.Requests[name]; ok {
-					continue
-				}
-				if r.Requests == nil {
-					r.Requests = v1.ResourceList{}
-				}
-				r.Requests[name] = lim.DeepCopy()
-			}
-		}
-	}
-	fill(pod.Spec.InitContainers)
-	fill(pod.Spec.Containers)
-}
-
 // IsNodeCritical reports whether the pod is a node-critical pod (static or
 // mirror, or of system-critical priority, and of the system-node-critical
 // priority class); such pods get the Guaranteed OOM score.

@@ -80,17 +80,6 @@ func TestPodQOSClass(t *testing.T) {
 	}
 }
 
-func TestApplyRequestDefaults(t *testing.T) {
-	p := podOf(ctr("c", nil, rl("cpu", "1", "memory", "1Gi")), ctr("d", rl("cpu", "100m"), rl("cpu", "1")))
-	ApplyRequestDefaults(p)
-	if got := PodQOSClass(podOf(p.Spec.Containers[0])); got != v1.PodQOSGuaranteed {
-		t.Fatalf("limits-only container after defaulting = %s, want Guaranteed", got)
-	}
-	if q := p.Spec.Containers[1].Resources.Requests[v1.ResourceCPU]; q.MilliValue() != 100 {
-		t.Fatalf("explicit request overwritten: %s", q.String())
-	}
-}
-
 func TestMilliCPUToShares(t *testing.T) {
 	for _, tc := range []struct {
 		milli int64

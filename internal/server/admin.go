@@ -78,9 +78,6 @@ func NewAdmin(cfg AdminConfig) *Admin {
 	return a
 }
 
-// Handler returns the admin API's handler (for tests and embedding).
-func (a *Admin) Handler() http.Handler { return a.srv.handler }
-
 // Serve answers requests on ln until ctx ends, then shuts down like
 // Server.Serve. Serve closes ln.
 func (a *Admin) Serve(ctx context.Context, ln net.Listener) error {

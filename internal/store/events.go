@@ -174,9 +174,6 @@ func openChecked(path string, timeout time.Duration) (db *bolt.DB, count int, er
 	return db, count, nil
 }
 
-// Path is the database file.
-func (s *Events) Path() string { return s.path }
-
 // Len is the number of stored events.
 func (s *Events) Len() int {
 	s.mu.Lock()
@@ -288,8 +285,8 @@ func deleteOldest(eb, tb *bolt.Bucket, more func(ts int64, i int) bool) (int, er
 
 // List returns the unexpired events about the object namespace/name (its
 // involvedObject); an empty name means every object in the namespace, and
-// both empty mean all events. Order is unspecified; see
-// events.NewEventList.
+// both empty mean all events. Order is unspecified (the CLI sorts by
+// when an event was last seen).
 func (s *Events) List(namespace, name string) ([]v1.Event, error) {
 	cutoff := s.clock.Now().Add(-s.cfg.TTL).UnixNano()
 	var out []v1.Event

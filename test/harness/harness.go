@@ -431,14 +431,11 @@ func (a *Agent) Node() v1.Node {
 // test` exports it).
 const ContainerdEnv = "MINILET_CONTAINERD_ENDPOINT"
 
-// Images scripts/containerd-up.sh builds into the test containerd.
-const (
-	// BusyboxImage holds Debian's busybox-static with its applet links
-	// (sh, httpd, nc, wget, ...); no python3.
-	BusyboxImage = "minilet.test/busybox:latest"
-	// PythonImage is BusyboxImage plus Debian's minimal python3.
-	PythonImage = "minilet.test/python:latest"
-)
+// BusyboxImage is an image scripts/containerd-up.sh builds into the test
+// containerd: Debian's busybox-static with its applet links (sh, httpd,
+// nc, wget, ...); no python3. (Its python variant is used only by
+// internal/cri/remote's conformance test, which names it there.)
+const BusyboxImage = "minilet.test/busybox:latest"
 
 // ContainerdEndpoint returns the test containerd's CRI endpoint, or skips
 // t when none is configured.

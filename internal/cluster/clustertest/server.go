@@ -282,12 +282,6 @@ func (s *Server) bootstrap(ns string) {
 	}
 }
 
-// Namespace creates a namespace ready for pods and returns its name.
-func (s *Server) Namespace(name string) string {
-	s.bootstrap(name)
-	return name
-}
-
 // NodeKubeconfig writes a kubeconfig for system:node:<name> (group
 // system:nodes): with its bearer token if Options.TokenNodes named it,
 // else with a client certificate signed by the server's CA.

@@ -53,9 +53,6 @@ func WithRestart(fn func(t *testing.T, rt RuntimeUnderTest, whileDown func()) Ru
 	return func(o *Options) { o.Restart = fn }
 }
 
-// WithCgroupMount sets Options.CgroupMount.
-func WithCgroupMount(path string) Option { return func(o *Options) { o.CgroupMount = path } }
-
 // waitTimeout bounds every wait for a state change. Generous: CI machines
 // are busy.
 const waitTimeout = 30 * time.Second

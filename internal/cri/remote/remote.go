@@ -50,9 +50,8 @@ type Runtime struct {
 	criapi.RuntimeService
 	criapi.ImageManagerService
 
-	endpoint string
-	log      *slog.Logger
-	version  *runtimeapi.VersionResponse
+	log     *slog.Logger
+	version *runtimeapi.VersionResponse
 
 	closeOnce sync.Once
 	closeErr  error
@@ -143,11 +142,8 @@ func connect(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error
 		_ = is.Close(context.Background())
 		return nil, fmt.Errorf("container runtime %s speaks CRI %q, want v1: %w", cfg.Endpoint, v.GetRuntimeApiVersion(), errdefs.ErrInvalidArgument)
 	}
-	return &Runtime{RuntimeService: rs, ImageManagerService: is, endpoint: cfg.Endpoint, log: log, version: v}, nil
+	return &Runtime{RuntimeService: rs, ImageManagerService: is, log: log, version: v}, nil
 }
-
-// Endpoint is the socket the runtime was reached at.
-func (r *Runtime) Endpoint() string { return r.endpoint }
 
 // RuntimeVersion is what the runtime said in the handshake, e.g.
 // containerd://1.6.20.
