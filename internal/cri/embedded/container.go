@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
+
 	"github.com/minilet/minilet/internal/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -100,7 +102,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 		}
 		rec.Rootfs = rf
 	}
-	if err := writeJSONAtomic(filepath.Join(dir, fileContainer), rec); err != nil {
+	if err := statefile.Write(filepath.Join(dir, fileContainer), rec); err != nil {
 		_ = os.RemoveAll(dir)
 		return "", fmt.Errorf("CreateContainer %q: %w", name, err)
 	}
@@ -282,11 +284,15 @@ func (r *Runtime) UpdateContainerResources(ctx context.Context, containerID stri
 	rec.Resources = newRes
 	r.mu.Unlock()
 	if running {
-		if err := r.cg.apply(rec.CgroupPath, newRes); err != nil {
+		n, err := cgroupName(rec.CgroupPath)
+		if err == nil {
+			err = r.cg.Update(n, cgroupResources(newRes))
+		}
+		if err != nil {
 			return fmt.Errorf("update resources of container %s: %w", containerID, err)
 		}
 	}
-	if err := writeJSONAtomic(filepath.Join(c.dir, fileContainer), rec); err != nil {
+	if err := statefile.Write(filepath.Join(c.dir, fileContainer), rec); err != nil {
 		return fmt.Errorf("update resources of container %s: %w", containerID, err)
 	}
 	r.mu.Lock()
@@ -312,7 +318,7 @@ func (r *Runtime) RemoveContainer(ctx context.Context, containerID string) error
 	if starting {
 		return errConflict("remove container %s: it is being started", containerID)
 	}
-	if err := r.cg.remove(c.rec.CgroupPath); err != nil {
+	if err := r.removeCgroup(c.rec.CgroupPath); err != nil {
 		return fmt.Errorf("remove container %s: %w", containerID, err)
 	}
 	if err := os.RemoveAll(c.dir); err != nil {

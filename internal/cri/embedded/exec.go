@@ -60,8 +60,15 @@ func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string
 	}
 	defer func() { _ = report.Close() }()
 	// The trampoline joins the cgroups and then execs cmd; argv holds the
-	// cgroup.procs files, "--", and the command.
-	args := append([]string{trampolineArg0}, r.cg.procsFiles(rec.CgroupPath)...)
+	// cgroup directories, "--", and the command.
+	n, err := cgroupName(rec.CgroupPath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("exec in container %s: %w", containerID, err)
+	}
+	args := []string{trampolineArg0}
+	for _, d := range r.cg.Dirs(n) {
+		args = append(args, d.Path)
+	}
 	args = append(append(args, "--"), cmd...)
 	var stdout, stderr capBuffer
 	proc := &exec.Cmd{

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
+
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/minilet/minilet/internal/atomicfile"
 )
@@ -88,8 +90,8 @@ func openImageStore(log *slog.Logger, root string) (*imageStore, error) {
 		}
 		p := filepath.Join(s.metaDir(), e.Name())
 		var rec imageRecord
-		if err := readJSON(p, &rec); err != nil || !strings.HasPrefix(rec.ID, "sha256:") {
-			quarantine(log, p, err)
+		if err := statefile.Read(p, &rec); err != nil || !strings.HasPrefix(rec.ID, "sha256:") {
+			statefile.Quarantine(log.Warn, p, err)
 			continue
 		}
 		s.images[rec.ID] = &rec
@@ -103,7 +105,7 @@ func openImageStore(log *slog.Logger, root string) (*imageStore, error) {
 			continue
 		}
 		var st layerStats
-		if err := readJSON(filepath.Join(s.layerDir(), e.Name()+".json"), &st); err != nil {
+		if err := statefile.Read(filepath.Join(s.layerDir(), e.Name()+".json"), &st); err != nil {
 			log.Warn("removing image layer without metadata", "layer", e.Name(), "err", err)
 			_ = os.RemoveAll(filepath.Join(s.layerDir(), e.Name()))
 			continue
@@ -114,7 +116,7 @@ func openImageStore(log *slog.Logger, root string) (*imageStore, error) {
 	for id, rec := range s.images {
 		for _, l := range rec.Layers {
 			if _, ok := s.layers[digestHex(l)]; !ok {
-				quarantine(log, s.metaPath(id), fmt.Errorf("layer %s is missing", l))
+				statefile.Quarantine(log.Warn, s.metaPath(id), fmt.Errorf("layer %s is missing", l))
 				delete(s.images, id)
 				break
 			}
@@ -200,7 +202,7 @@ func (s *imageStore) addLayer(diffID string, open func() (readCloser, error)) (l
 		err = fmt.Errorf("content digest %s does not match the image config's diffID", st.DiffID)
 	}
 	if err == nil {
-		err = writeJSONAtomic(filepath.Join(s.layerDir(), digestHex(diffID)+".json"), st)
+		err = statefile.Write(filepath.Join(s.layerDir(), digestHex(diffID)+".json"), st)
 	}
 	if err == nil {
 		err = os.Rename(tmp, s.layerPath(diffID))
@@ -240,12 +242,12 @@ func (s *imageStore) putImage(rec *imageRecord) error {
 		}
 		upd := *other
 		upd.RepoTags, upd.RepoDigests = tags, digests
-		if err := writeJSONAtomic(s.metaPath(id), &upd); err != nil {
+		if err := statefile.Write(s.metaPath(id), &upd); err != nil {
 			return fmt.Errorf("untag image %s: %w", id, err)
 		}
 		s.images[id] = &upd
 	}
-	if err := writeJSONAtomic(s.metaPath(rec.ID), rec); err != nil {
+	if err := statefile.Write(s.metaPath(rec.ID), rec); err != nil {
 		return fmt.Errorf("record image %s: %w", rec.ID, err)
 	}
 	s.images[rec.ID] = rec

@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minilet/minilet/internal/cm/cgroups"
+	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -60,9 +63,9 @@ func (r *Runtime) StartContainer(ctx context.Context, containerID string) error 
 			msg += ": " + err.Error()
 		}
 		start = &startRecord{StartedAt: time.Now().UnixNano(), Error: msg}
-		_ = writeJSONAtomic(filepath.Join(c.dir, fileStart), start)
+		_ = statefile.Write(filepath.Join(c.dir, fileStart), start)
 		x := &exitRecord{ExitCode: 128, FinishedAt: start.StartedAt, Reason: reasonStartError, Message: msg}
-		_ = writeJSONAtomic(filepath.Join(c.dir, fileExit), x)
+		_ = statefile.Write(filepath.Join(c.dir, fileExit), x)
 	}
 	r.mu.Lock()
 	c.start = start
@@ -93,16 +96,23 @@ func (r *Runtime) launch(c *container, rec *containerRecord) (bool, error) {
 			return false, fmt.Errorf("create log directory: %w", err)
 		}
 	}
-	if err := r.cg.create(rec.CgroupPath); err != nil {
+	cg, err := cgroupName(rec.CgroupPath)
+	if err != nil {
 		return false, err
 	}
-	if err := r.cg.apply(rec.CgroupPath, rec.Resources); err != nil {
-		_ = r.cg.remove(rec.CgroupPath)
+	if err := r.cg.Create(cg, nil); err != nil {
+		return false, err
+	}
+	if err := r.cg.Update(cg, cgroupResources(rec.Resources)); err != nil {
+		_ = r.removeCgroup(rec.CgroupPath)
 		return false, errInvalid("field linux.resources: %v", err)
 	}
 	spec := monitorSpec{
 		Args: rec.Args, Env: rec.Env, WorkingDir: rec.WorkingDir, LogPath: rec.LogFile,
-		CgroupDirs: r.cg.containerDirs(rec.CgroupPath), MemoryDir: r.cg.dir("memory", rec.CgroupPath), CgroupV2: r.cg.v2,
+		MemoryDir: r.cg.Dir("memory", cg), CgroupV2: r.cg.Mode() == cgroups.ModeV2,
+	}
+	for _, d := range r.cg.Dirs(cg) {
+		spec.CgroupDirs = append(spec.CgroupDirs, cgroupDir{Dir: d.Path, Root: d.Mount, Controller: d.Controller})
 	}
 	if rec.Rootfs != nil {
 		spec.Rootfs = r.rootfsSpecFor(dir, rec.Rootfs)
@@ -115,7 +125,7 @@ func (r *Runtime) launch(c *container, rec *containerRecord) (bool, error) {
 			})
 		}
 	}
-	if err := writeJSONVolatile(filepath.Join(dir, fileSpec), spec); err != nil {
+	if err := statefile.WriteVolatile(filepath.Join(dir, fileSpec), spec); err != nil {
 		return false, err
 	}
 	monLog, err := os.OpenFile(filepath.Join(dir, fileMonLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
@@ -190,7 +200,9 @@ func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout
 		}
 	}
 	signalGroup(start.Pid, syscall.SIGKILL)
-	r.cg.killAll(c.rec.CgroupPath)
+	if n, err := cgroupName(c.rec.CgroupPath); err == nil {
+		_ = r.cg.Kill(n)
+	}
 	r.kickWatcher()
 	t := time.NewTimer(killTimeout)
 	defer t.Stop()

@@ -26,6 +26,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/minilet/minilet/internal/cm/cgroups"
+	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
+
 	"github.com/minilet/minilet/internal/nodeaddr"
 	"k8s.io/utils/clock"
 )
@@ -78,7 +81,7 @@ type Runtime struct {
 	log      *slog.Logger
 	clock    clock.Clock
 	stateDir string
-	cg       *cgroupDriver
+	cg       cgroups.Driver
 	nodeIP   string
 	images   *imageStore
 	keychain dockerConfigKeychain
@@ -196,7 +199,7 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	cg, err := detectCgroups(cfg.CgroupMount)
+	cg, err := cgroups.New(cgroups.Config{MountRoot: cfg.CgroupMount, Controllers: containerControllers})
 	if err != nil {
 		return nil, errUnavailable("embedded runtime config: field CgroupMount %q: %v", cfg.CgroupMount, err)
 	}
@@ -234,7 +237,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.cancel = cancel
 	r.wg.Add(1)
 	go r.watch(ctx)
-	r.log.Info("embedded runtime ready", "stateDir", r.stateDir, "cgroupV2", cg.v2, "sandboxes", len(r.sandboxes), "containers", len(r.containers), "monitor", monitor)
+	r.log.Info("embedded runtime ready", "stateDir", r.stateDir, "cgroupV2", cg.Mode() == cgroups.ModeV2, "sandboxes", len(r.sandboxes), "containers", len(r.containers), "monitor", monitor)
 	return r, nil
 }
 
@@ -281,8 +284,8 @@ func (r *Runtime) load() error {
 		}
 		path := filepath.Join(r.sandboxDir(), e.Name())
 		var rec sandboxRecord
-		if err := readJSON(path, &rec); err != nil || rec.ID == "" {
-			quarantine(r.log, path, err)
+		if err := statefile.Read(path, &rec); err != nil || rec.ID == "" {
+			statefile.Quarantine(r.log.Warn, path, err)
 			continue
 		}
 		r.sandboxes[rec.ID] = &rec
@@ -298,14 +301,14 @@ func (r *Runtime) load() error {
 		dir := filepath.Join(r.containersDir(), e.Name())
 		c := &container{dir: dir, exited: make(chan struct{})}
 		path := filepath.Join(dir, fileContainer)
-		if err := readJSON(path, &c.rec); err != nil || c.rec.ID == "" {
+		if err := statefile.Read(path, &c.rec); err != nil || c.rec.ID == "" {
 			if os.IsNotExist(err) {
 				// Crashed half way through CreateContainer (an empty dir), or
 				// a record moved aside earlier (kept for inspection).
 				_ = os.Remove(dir)
 				continue
 			}
-			quarantine(r.log, path, err)
+			statefile.Quarantine(r.log.Warn, path, err)
 			continue
 		}
 		c.start = r.loadStart(dir)
@@ -321,9 +324,9 @@ func (r *Runtime) load() error {
 func (r *Runtime) loadStart(dir string) *startRecord {
 	var s startRecord
 	path := filepath.Join(dir, fileStart)
-	if err := readJSON(path, &s); err != nil {
-		if errors.Is(err, errCorrupt) {
-			quarantine(r.log, path, err)
+	if err := statefile.Read(path, &s); err != nil {
+		if errors.Is(err, statefile.ErrCorrupt) {
+			statefile.Quarantine(r.log.Warn, path, err)
 		}
 		return nil
 	}
@@ -333,9 +336,9 @@ func (r *Runtime) loadStart(dir string) *startRecord {
 func (r *Runtime) loadExit(dir string) *exitRecord {
 	var x exitRecord
 	path := filepath.Join(dir, fileExit)
-	if err := readJSON(path, &x); err != nil {
-		if errors.Is(err, errCorrupt) {
-			quarantine(r.log, path, err)
+	if err := statefile.Read(path, &x); err != nil {
+		if errors.Is(err, statefile.ErrCorrupt) {
+			statefile.Quarantine(r.log.Warn, path, err)
 		}
 		return nil
 	}
@@ -393,7 +396,7 @@ func (r *Runtime) checkExits() (adopted int) {
 			if x = r.loadExit(c.dir); x == nil {
 				x = &exitRecord{ExitCode: 255, FinishedAt: time.Now().UnixNano(), Reason: reasonError,
 					Message: "the container's monitor exited without recording the exit status"}
-				if err := writeJSONAtomic(filepath.Join(c.dir, fileExit), x); err != nil {
+				if err := statefile.Write(filepath.Join(c.dir, fileExit), x); err != nil {
 					r.log.Warn("cannot record container exit", "container", c.rec.ID, "err", err)
 				}
 			}

@@ -39,11 +39,17 @@ func testSandbox(tb testing.TB, r *Runtime) (string, *runtimeapi.PodSandboxConfi
 		if err := r.RemovePodSandbox(context.Background(), id); err != nil {
 			tb.Errorf("RemovePodSandbox: %v", err)
 		}
-		for _, d := range r.cg.dirs(parent) {
-			_ = os.Remove(d)
-		}
+		removeCgroupDirs(r, parent)
 	})
 	return id, cfg
+}
+
+// removeCgroupDirs removes a test's cgroup parent, empty by now.
+func removeCgroupDirs(r *Runtime, parent string) {
+	n, _ := cgroupName(parent)
+	for _, d := range r.cg.Dirs(n) {
+		_ = os.Remove(d.Path)
+	}
 }
 
 func hostContainer(name string, cmd ...string) *runtimeapi.ContainerConfig {
@@ -238,7 +244,11 @@ func TestRemoveDeletesCgroupAndReapsMonitor(t *testing.T) {
 	r.mu.Lock()
 	rel, start := r.containers[id].rec.CgroupPath, *r.containers[id].start
 	r.mu.Unlock()
-	memDir := r.cg.dir("memory", rel)
+	n, err := cgroupName(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memDir := r.cg.Dir("memory", n)
 	if _, err := os.Stat(memDir); err != nil {
 		t.Fatalf("container cgroup missing while running: %v", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
+
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -62,7 +64,7 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandb
 }
 
 func (r *Runtime) saveSandbox(rec *sandboxRecord) error {
-	if err := writeJSONAtomic(filepath.Join(r.sandboxDir(), rec.ID+".json"), rec); err != nil {
+	if err := statefile.Write(filepath.Join(r.sandboxDir(), rec.ID+".json"), rec); err != nil {
 		return fmt.Errorf("save sandbox %s: %w", rec.ID, err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 
+	"github.com/minilet/minilet/internal/cm/cgroups"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -53,7 +54,11 @@ func (r *Runtime) ListContainerStats(ctx context.Context, filter *runtimeapi.Con
 }
 
 func (r *Runtime) statsOf(rec *containerRecord) (*runtimeapi.ContainerStats, error) {
-	s, err := r.cg.stats(rec.CgroupPath)
+	n, err := cgroupName(rec.CgroupPath)
+	var s *cgroups.Stats
+	if err == nil {
+		s, err = r.cg.Stats(n)
+	}
 	if err != nil {
 		return nil, errUnavailable("stats of container %s: %v", rec.ID, err)
 	}
@@ -65,12 +70,12 @@ func (r *Runtime) statsOf(rec *containerRecord) (*runtimeapi.ContainerStats, err
 			Labels:      copyMap(rec.Labels),
 			Annotations: copyMap(rec.Annotations),
 		},
-		Cpu: &runtimeapi.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: s.cpuNanos}},
+		Cpu: &runtimeapi.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: s.CPUUsageNanos}},
 		Memory: &runtimeapi.MemoryUsage{
 			Timestamp:       now,
-			WorkingSetBytes: &runtimeapi.UInt64Value{Value: s.workingSet},
-			UsageBytes:      &runtimeapi.UInt64Value{Value: s.memUsage},
-			RssBytes:        &runtimeapi.UInt64Value{Value: s.rss},
+			WorkingSetBytes: &runtimeapi.UInt64Value{Value: s.MemoryWorkingSet},
+			UsageBytes:      &runtimeapi.UInt64Value{Value: s.MemoryUsage},
+			RssBytes:        &runtimeapi.UInt64Value{Value: s.MemoryRSS},
 		},
 	}, nil
 }
