@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/minilet/minilet/internal/cri/embedded/layerfs"
+
 	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -22,7 +24,7 @@ import (
 //
 //	blobs/sha256/<hex>    manifests and configs, content-addressed
 //	layers/<hex>/         a layer unpacked in overlayfs format, named by its diffID
-//	layers/<hex>.json     its layerStats, written before the directory is renamed in
+//	layers/<hex>.json     its layerfs.Stats, written before the directory is renamed in
 //	meta/<hex>.json       an imageRecord, named by the image ID (config digest)
 //	tmp/                  work in progress; emptied at start
 //
@@ -33,8 +35,8 @@ type imageStore struct {
 	root string
 
 	mu     sync.Mutex
-	images map[string]*imageRecord // by ID
-	layers map[string]layerStats   // by diffID hex; present and complete
+	images map[string]*imageRecord  // by ID
+	layers map[string]layerfs.Stats // by diffID hex; present and complete
 
 	layerLocks keyedMutex
 
@@ -71,7 +73,7 @@ type imageConfig struct {
 }
 
 func openImageStore(log *slog.Logger, root string) (*imageStore, error) {
-	s := &imageStore{log: log, root: root, images: map[string]*imageRecord{}, layers: map[string]layerStats{}, pending: map[string]int{}}
+	s := &imageStore{log: log, root: root, images: map[string]*imageRecord{}, layers: map[string]layerfs.Stats{}, pending: map[string]int{}}
 	for _, d := range []string{s.blobDir(), s.layerDir(), s.metaDir(), s.tmpDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("create image store dir: %w", err)
@@ -104,7 +106,7 @@ func openImageStore(log *slog.Logger, root string) (*imageStore, error) {
 		if !e.IsDir() {
 			continue
 		}
-		var st layerStats
+		var st layerfs.Stats
 		if err := statefile.Read(filepath.Join(s.layerDir(), e.Name()+".json"), &st); err != nil {
 			log.Warn("removing image layer without metadata", "layer", e.Name(), "err", err)
 			_ = os.RemoveAll(filepath.Join(s.layerDir(), e.Name()))
@@ -172,7 +174,7 @@ func (s *imageStore) hold(diffIDs []string) (release func()) {
 }
 
 // haveLayer reports the stats of a complete layer.
-func (s *imageStore) haveLayer(diffID string) (layerStats, bool) {
+func (s *imageStore) haveLayer(diffID string) (layerfs.Stats, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, ok := s.layers[digestHex(diffID)]
@@ -181,7 +183,7 @@ func (s *imageStore) haveLayer(diffID string) (layerStats, bool) {
 
 // addLayer unpacks a layer (unless present) from open(), which yields its
 // uncompressed tar stream; the stream's digest must equal diffID.
-func (s *imageStore) addLayer(diffID string, open func() (readCloser, error)) (layerStats, error) {
+func (s *imageStore) addLayer(diffID string, open func() (readCloser, error)) (layerfs.Stats, error) {
 	unlock := s.layerLocks.lock(diffID)
 	defer unlock()
 	if st, ok := s.haveLayer(diffID); ok {
@@ -189,15 +191,15 @@ func (s *imageStore) addLayer(diffID string, open func() (readCloser, error)) (l
 	}
 	rc, err := open()
 	if err != nil {
-		return layerStats{}, fmt.Errorf("open layer %s: %w", diffID, err)
+		return layerfs.Stats{}, fmt.Errorf("open layer %s: %w", diffID, err)
 	}
 	defer func() { _ = rc.Close() }()
 	tmp, err := os.MkdirTemp(s.tmpDir(), "layer-")
 	if err != nil {
-		return layerStats{}, err
+		return layerfs.Stats{}, err
 	}
 	_ = os.Chmod(tmp, 0o755) // the layer's own "./" entry may change it
-	st, err := unpackLayer(tmp, rc)
+	st, err := layerfs.Unpack(tmp, rc)
 	if err == nil && st.DiffID != diffID {
 		err = fmt.Errorf("content digest %s does not match the image config's diffID", st.DiffID)
 	}
@@ -209,7 +211,7 @@ func (s *imageStore) addLayer(diffID string, open func() (readCloser, error)) (l
 	}
 	if err != nil {
 		_ = os.RemoveAll(tmp)
-		return layerStats{}, fmt.Errorf("unpack layer %s: %w", diffID, err)
+		return layerfs.Stats{}, fmt.Errorf("unpack layer %s: %w", diffID, err)
 	}
 	s.mu.Lock()
 	s.layers[digestHex(diffID)] = st

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/minilet/minilet/internal/cri/embedded/layerfs"
+
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -61,7 +63,7 @@ func (s *imageStore) importImage(ctx context.Context, src imageSource, tags, dig
 		diffIDs = append(diffIDs, d.String())
 	}
 	defer s.hold(diffIDs)()
-	stats := make([]layerStats, len(src.layers))
+	stats := make([]layerfs.Stats, len(src.layers))
 	errs := make([]error, len(src.layers))
 	sem := make(chan struct{}, maxParallelLayers)
 	var wg sync.WaitGroup

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/minilet/minilet/internal/cri/embedded/layerfs"
+
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -167,7 +169,7 @@ func parseImageUser(s string) (parsedUser, error) {
 // image's merged layers.
 func (r *Runtime) prepareRootfs(dir string, rf *rootfsRecord) error {
 	r.overlayOnce.Do(func() {
-		r.overlayOK = probeOverlay(r.images.tmpDir())
+		r.overlayOK = layerfs.OverlaySupported(r.images.tmpDir())
 		if !r.overlayOK {
 			r.log.Warn("overlayfs cannot be mounted here; containers from images get a copy of the image instead")
 		}
@@ -179,7 +181,7 @@ func (r *Runtime) prepareRootfs(dir string, rf *rootfsRecord) error {
 		for _, l := range rf.Layers {
 			layers = append(layers, r.images.layerPath(l))
 		}
-		return flattenLayers(layers, filepath.Join(base, "merged"))
+		return layerfs.Flatten(layers, filepath.Join(base, "merged"))
 	}
 	for _, d := range []string{"upper", "work", "merged"} {
 		if err := os.MkdirAll(filepath.Join(base, d), 0o755); err != nil {

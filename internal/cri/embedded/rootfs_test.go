@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minilet/minilet/internal/cri/embedded/internal/testlayer"
+
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -25,14 +27,14 @@ import (
 func loadProbeImage(t *testing.T, r *Runtime, ref string, cfg v1.Config) string {
 	t.Helper()
 	bin := probeBinary(t)
-	layer := layerTar(t,
-		dir("bin/", 0o755),
-		tarEntry{name: "bin/probe", body: string(bin), mode: 0o755},
-		dir("etc/", 0o755),
-		file("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\n", 0o644),
-		file("etc/group", "root:x:0:\napp:x:1000:\nextra:x:2000:app\n", 0o644),
-		file("image-marker", "from the image\n", 0o644),
-		dir("tmp/", 0o1777),
+	layer := testlayer.Tar(t,
+		testlayer.Dir("bin/", 0o755),
+		testlayer.Entry{Name: "bin/probe", Body: string(bin), Mode: 0o755},
+		testlayer.Dir("etc/", 0o755),
+		testlayer.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000:app:/home/app:/bin/sh\n", 0o644),
+		testlayer.File("etc/group", "root:x:0:\napp:x:1000:\nextra:x:2000:app\n", 0o644),
+		testlayer.File("image-marker", "from the image\n", 0o644),
+		testlayer.Dir("tmp/", 0o1777),
 	)
 	img := testImage(t, cfg, layer)
 	tag, err := name.NewTag(ref)

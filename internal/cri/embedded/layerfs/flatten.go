@@ -1,4 +1,4 @@
-package embedded
+package layerfs
 
 import (
 	"errors"
@@ -11,11 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// flattenLayers copies layer directories (overlayfs format, base first) into
+// Flatten copies layer directories (overlayfs format, base first) into
 // dst as the merged view an overlay mount would show: a 0/0 character device
 // deletes what lower layers had at its path, an opaque directory hides their
 // contents. Used where overlayfs cannot be mounted.
-func flattenLayers(layers []string, dst string) error {
+func Flatten(layers []string, dst string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
