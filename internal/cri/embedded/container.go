@@ -44,21 +44,12 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 		}
 		image, env, workDir = hostImage, containerEnv(config.GetEnvs()), config.GetWorkingDir()
 	} else {
-		// Between here and the container record, r.preparing keeps the
-		// image's layers from being deleted.
-		r.images.gcMu.RLock()
-		img, ok := r.images.get(image)
+		// Until the container record holds them, the image's layers are
+		// held here.
+		img, release, ok := r.images.Acquire(image)
 		if ok {
-			r.mu.Lock()
-			r.preparing[id] = img.Layers
-			r.mu.Unlock()
-			defer func() {
-				r.mu.Lock()
-				delete(r.preparing, id)
-				r.mu.Unlock()
-			}()
+			defer release()
 		}
-		r.images.gcMu.RUnlock()
 		if !ok {
 			return "", errNotFound("CreateContainer %q in pod %s/%s: image %q is not present", name, sb.Namespace, sb.Name, image)
 		}
@@ -329,7 +320,7 @@ func (r *Runtime) RemoveContainer(ctx context.Context, containerID string) error
 	r.mu.Unlock()
 	if c.rec.Rootfs != nil {
 		// Layers of an image removed while this container used them.
-		if err := r.images.pruneLayers(r.layersInUse); err != nil {
+		if err := r.images.PruneLayers(r.layersInUse); err != nil {
 			r.log.Warn("cannot prune unused image layers", "err", err)
 		}
 	}

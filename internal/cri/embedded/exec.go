@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	utilexec "k8s.io/utils/exec"
 )
@@ -110,7 +109,7 @@ func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string
 	if timedOut {
 		// errors.Is(err, context.DeadlineExceeded), and gRPC code DeadlineExceeded
 		// as the kubelet's CRI client expects from a remote runtime.
-		return stdout.Bytes(), stderr.Bytes(), newErr(context.DeadlineExceeded, codes.DeadlineExceeded,
+		return stdout.Bytes(), stderr.Bytes(), newErr(context.DeadlineExceeded,
 			"exec %q in container %s timed out after %s", strings.Join(cmd, " "), containerID, timeout)
 	}
 	var exitErr *exec.ExitError

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/minilet/minilet/internal/cri/embedded/imagestore"
 	"github.com/minilet/minilet/internal/cri/embedded/layerfs"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -33,7 +34,7 @@ func rootfsDir(containerDir string) string { return filepath.Join(containerDir, 
 // a stored image: its command (Kubernetes rules: command replaces the
 // Entrypoint and drops Cmd; args replaces Cmd), environment (image Env,
 // overridden per key by the container's), working directory and user.
-func (r *Runtime) imageContainer(img *imageRecord, config *runtimeapi.ContainerConfig) (args, env []string, workDir string, rf *rootfsRecord, err error) {
+func (r *Runtime) imageContainer(img *imagestore.Record, config *runtimeapi.ContainerConfig) (args, env []string, workDir string, rf *rootfsRecord, err error) {
 	entry, cmd := img.Config.Entrypoint, img.Config.Cmd
 	if len(config.GetCommand()) > 0 {
 		entry, cmd = config.GetCommand(), config.GetArgs()
@@ -169,7 +170,7 @@ func parseImageUser(s string) (parsedUser, error) {
 // image's merged layers.
 func (r *Runtime) prepareRootfs(dir string, rf *rootfsRecord) error {
 	r.overlayOnce.Do(func() {
-		r.overlayOK = layerfs.OverlaySupported(r.images.tmpDir())
+		r.overlayOK = layerfs.OverlaySupported(r.images.TmpDir())
 		if !r.overlayOK {
 			r.log.Warn("overlayfs cannot be mounted here; containers from images get a copy of the image instead")
 		}
@@ -179,7 +180,7 @@ func (r *Runtime) prepareRootfs(dir string, rf *rootfsRecord) error {
 	if rf.Copy {
 		var layers []string
 		for _, l := range rf.Layers {
-			layers = append(layers, r.images.layerPath(l))
+			layers = append(layers, r.images.LayerPath(l))
 		}
 		return layerfs.Flatten(layers, filepath.Join(base, "merged"))
 	}
@@ -203,7 +204,7 @@ func (r *Runtime) rootfsSpecFor(dir string, rf *rootfsRecord) *rootfsSpec {
 		for i := len(rf.Layers) - 1; i >= 0; i-- {
 			if !seen[rf.Layers[i]] {
 				seen[rf.Layers[i]] = true
-				spec.Lower = append(spec.Lower, r.images.layerPath(rf.Layers[i]))
+				spec.Lower = append(spec.Lower, r.images.LayerPath(rf.Layers[i]))
 			}
 		}
 	}

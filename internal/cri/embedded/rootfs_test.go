@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minilet/minilet/internal/cri/embedded/imagestore"
 	"github.com/minilet/minilet/internal/cri/embedded/internal/testlayer"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -196,11 +197,11 @@ func TestRootfsContainer(t *testing.T) {
 	})
 	t.Run("image removed while in use keeps its layers until the container goes", func(t *testing.T) {
 		cid := startContainer(t, r, sb, imageContainerConfig("inuse", "example.com/probe:1", nil, []string{"sleep"}))
-		img, _ := r.images.get(id)
+		img, _ := r.images.Get(id)
 		if err := r.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: id}); err != nil {
 			t.Fatal(err)
 		}
-		layer := r.images.layerPath(img.Layers[0])
+		layer := r.images.LayerPath(img.Layers[0])
 		if _, err := os.Stat(filepath.Join(layer, "bin", "probe")); err != nil {
 			t.Fatalf("layer of a running container was deleted: %v", err)
 		}
@@ -340,7 +341,7 @@ func TestRootfsContainerCapabilities(t *testing.T) {
 	}
 	bad := &runtimeapi.ContainerConfig{Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
 		Capabilities: &runtimeapi.Capability{AddCapabilities: []string{"FLY"}}}}}
-	if _, _, _, _, err := r.imageContainer(&imageRecord{ID: "sha256:z", Config: imageConfig{Cmd: []string{"x"}}}, bad); err == nil || !strings.Contains(err.Error(), "capabilities.add") {
+	if _, _, _, _, err := r.imageContainer(&imagestore.Record{ID: "sha256:z", Config: imagestore.ImageConfig{Cmd: []string{"x"}}}, bad); err == nil || !strings.Contains(err.Error(), "capabilities.add") {
 		t.Fatalf("unknown capability accepted: %v", err)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/minilet/minilet/internal/cm/cgroups"
+	"github.com/minilet/minilet/internal/cri/embedded/imagestore"
 	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
 
 	"github.com/minilet/minilet/internal/nodeaddr"
@@ -83,9 +84,9 @@ type Runtime struct {
 	stateDir string
 	cg       cgroups.Driver
 	nodeIP   string
-	images   *imageStore
-	keychain dockerConfigKeychain
-	pinned   []string
+	images   *imagestore.Store
+	keychain imagestore.DockerConfigKeychain
+	pinned   imagestore.Pins
 	monitor  string // executable monitors are started from
 
 	overlayOnce sync.Once
@@ -94,7 +95,6 @@ type Runtime struct {
 	mu         sync.Mutex
 	sandboxes  map[string]*sandboxRecord
 	containers map[string]*container
-	preparing  map[string][]string // layers of containers being created
 
 	changes chan struct{}
 	kick    chan struct{}
@@ -211,11 +211,10 @@ func New(cfg Config) (*Runtime, error) {
 		nodeIP:     cfg.NodeIP,
 		sandboxes:  map[string]*sandboxRecord{},
 		containers: map[string]*container{},
-		preparing:  map[string][]string{},
 		changes:    make(chan struct{}, 1),
 		kick:       make(chan struct{}, 1),
-		keychain:   dockerConfigKeychain{files: cfg.DockerConfigFiles},
-		pinned:     normalizePinned(cfg.PinnedImages),
+		keychain:   imagestore.DockerConfigKeychain{Files: cfg.DockerConfigFiles},
+		pinned:     imagestore.NewPins(cfg.PinnedImages, isHostImage),
 		monitor:    monitor,
 	}
 	for _, d := range []string{r.sandboxDir(), r.containersDir()} {
@@ -226,11 +225,11 @@ func New(cfg Config) (*Runtime, error) {
 	if err := r.load(); err != nil {
 		return nil, err
 	}
-	if r.images, err = openImageStore(r.log, cfg.ImageDir); err != nil {
+	if r.images, err = imagestore.Open(r.log, cfg.ImageDir); err != nil {
 		return nil, err
 	}
 	// Layers only removed containers stood on (a crash between the two).
-	if err := r.images.pruneLayers(r.layersInUse); err != nil {
+	if err := r.images.PruneLayers(r.layersInUse); err != nil {
 		r.log.Warn("cannot prune unused image layers", "err", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
