@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -24,9 +25,9 @@ func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
 
 // CreateContainer records a container in a sandbox; StartContainer runs it.
 func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, config *runtimeapi.ContainerConfig, sandboxConfig *runtimeapi.PodSandboxConfig) (string, error) {
-	sb, err := r.getSandbox(podSandboxID)
+	sb, err := r.sandboxes.Get(podSandboxID)
 	if err != nil {
-		return "", fmt.Errorf("CreateContainer: %w", err)
+		return "", criErr(fmt.Errorf("CreateContainer: %w", err))
 	}
 	if config == nil || config.GetMetadata() == nil || config.GetMetadata().GetName() == "" {
 		return "", errInvalid("CreateContainer in pod %s/%s: field metadata.name is required", sb.Namespace, sb.Name)
@@ -68,7 +69,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	}
 	rec := containerRecord{
 		ID: id, SandboxID: podSandboxID, Name: name, Attempt: config.GetMetadata().GetAttempt(),
-		Image: image, ImageID: imageID, Rootfs: rf, StopSignal: stopSignal, Labels: copyMap(config.GetLabels()), Annotations: copyMap(config.GetAnnotations()),
+		Image: image, ImageID: imageID, Rootfs: rf, StopSignal: stopSignal, Labels: maps.Clone(config.GetLabels()), Annotations: maps.Clone(config.GetAnnotations()),
 		LogPath: config.GetLogPath(), Args: args, Env: env,
 		WorkingDir: workDir, Resources: fromCRIResources(config.GetLinux().GetResources()),
 		CgroupPath: path.Join("/", parent, id), CreatedAt: r.clock.Now().UnixNano(),
@@ -217,7 +218,7 @@ func (r *Runtime) ListContainers(ctx context.Context, filter *runtimeapi.Contain
 			Metadata: &runtimeapi.ContainerMetadata{Name: c.rec.Name, Attempt: c.rec.Attempt},
 			Image:    &runtimeapi.ImageSpec{Image: c.rec.Image}, ImageRef: c.rec.imageRef(), ImageId: c.rec.imageRef(),
 			State: st, CreatedAt: c.rec.CreatedAt,
-			Labels: copyMap(c.rec.Labels), Annotations: copyMap(c.rec.Annotations),
+			Labels: maps.Clone(c.rec.Labels), Annotations: maps.Clone(c.rec.Annotations),
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt < out[j].CreatedAt })
@@ -238,7 +239,7 @@ func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbo
 		Metadata: &runtimeapi.ContainerMetadata{Name: c.rec.Name, Attempt: c.rec.Attempt},
 		State:    c.state(), CreatedAt: c.rec.CreatedAt,
 		Image: &runtimeapi.ImageSpec{Image: c.rec.Image}, ImageRef: c.rec.imageRef(), ImageId: c.rec.imageRef(),
-		Labels: copyMap(c.rec.Labels), Annotations: copyMap(c.rec.Annotations),
+		Labels: maps.Clone(c.rec.Labels), Annotations: maps.Clone(c.rec.Annotations),
 		LogPath: c.rec.LogFile, Resources: toCRIResources(c.rec.Resources),
 	}
 	if c.start != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/minilet/minilet/internal/cm/cgroups"
 	"github.com/minilet/minilet/internal/cri/embedded/imagestore"
 	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
+	"github.com/minilet/minilet/internal/cri/embedded/sandbox"
 
 	"github.com/minilet/minilet/internal/nodeaddr"
 	"k8s.io/utils/clock"
@@ -93,7 +94,7 @@ type Runtime struct {
 	overlayOK   bool
 
 	mu         sync.Mutex
-	sandboxes  map[string]*sandboxRecord
+	sandboxes  *sandbox.Store
 	containers map[string]*container
 
 	changes chan struct{}
@@ -104,23 +105,6 @@ type Runtime struct {
 	closeOnce sync.Once
 
 	oomAdjWarning sync.Once
-}
-
-// sandboxRecord is the durable state of a pod sandbox.
-type sandboxRecord struct {
-	ID             string            `json:"id"`
-	Name           string            `json:"name"`
-	Namespace      string            `json:"namespace"`
-	UID            string            `json:"uid"`
-	Attempt        uint32            `json:"attempt"`
-	Labels         map[string]string `json:"labels,omitempty"`
-	Annotations    map[string]string `json:"annotations,omitempty"`
-	LogDirectory   string            `json:"logDirectory,omitempty"`
-	CgroupParent   string            `json:"cgroupParent,omitempty"`
-	RuntimeHandler string            `json:"runtimeHandler,omitempty"`
-	IP             string            `json:"ip"`
-	Ready          bool              `json:"ready"`
-	CreatedAt      int64             `json:"createdAt"`
 }
 
 // resources are the cgroup settings of a container.
@@ -209,7 +193,6 @@ func New(cfg Config) (*Runtime, error) {
 		stateDir:   filepath.Join(cfg.RootDir, "runtime"),
 		cg:         cg,
 		nodeIP:     cfg.NodeIP,
-		sandboxes:  map[string]*sandboxRecord{},
 		containers: map[string]*container{},
 		changes:    make(chan struct{}, 1),
 		kick:       make(chan struct{}, 1),
@@ -217,10 +200,11 @@ func New(cfg Config) (*Runtime, error) {
 		pinned:     imagestore.NewPins(cfg.PinnedImages, isHostImage),
 		monitor:    monitor,
 	}
-	for _, d := range []string{r.sandboxDir(), r.containersDir()} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("create runtime state dir: %w", err)
-		}
+	if r.sandboxes, err = sandbox.Open(r.log, filepath.Join(r.stateDir, "sandboxes")); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(r.containersDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("create runtime state dir: %w", err)
 	}
 	if err := r.load(); err != nil {
 		return nil, err
@@ -236,7 +220,7 @@ func New(cfg Config) (*Runtime, error) {
 	r.cancel = cancel
 	r.wg.Add(1)
 	go r.watch(ctx)
-	r.log.Info("embedded runtime ready", "stateDir", r.stateDir, "cgroupV2", cg.Mode() == cgroups.ModeV2, "sandboxes", len(r.sandboxes), "containers", len(r.containers), "monitor", monitor)
+	r.log.Info("embedded runtime ready", "stateDir", r.stateDir, "cgroupV2", cg.Mode() == cgroups.ModeV2, "sandboxes", len(r.sandboxes.List()), "containers", len(r.containers), "monitor", monitor)
 	return r, nil
 }
 
@@ -268,28 +252,11 @@ func (r *Runtime) kickWatcher() {
 	}
 }
 
-func (r *Runtime) sandboxDir() string    { return filepath.Join(r.stateDir, "sandboxes") }
 func (r *Runtime) containersDir() string { return filepath.Join(r.stateDir, "containers") }
 
 // load reads all durable state; unreadable files are moved aside.
 func (r *Runtime) load() error {
-	entries, err := os.ReadDir(r.sandboxDir())
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if e.IsDir() || filepath.Ext(e.Name()) != ".json" {
-			continue
-		}
-		path := filepath.Join(r.sandboxDir(), e.Name())
-		var rec sandboxRecord
-		if err := statefile.Read(path, &rec); err != nil || rec.ID == "" {
-			statefile.Quarantine(r.log.Warn, path, err)
-			continue
-		}
-		r.sandboxes[rec.ID] = &rec
-	}
-	entries, err = os.ReadDir(r.containersDir())
+	entries, err := os.ReadDir(r.containersDir())
 	if err != nil {
 		return err
 	}

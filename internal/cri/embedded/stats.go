@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"maps"
 
 	"github.com/minilet/minilet/internal/cm/cgroups"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -67,8 +68,8 @@ func (r *Runtime) statsOf(rec *containerRecord) (*runtimeapi.ContainerStats, err
 		Attributes: &runtimeapi.ContainerAttributes{
 			Id:          rec.ID,
 			Metadata:    &runtimeapi.ContainerMetadata{Name: rec.Name, Attempt: rec.Attempt},
-			Labels:      copyMap(rec.Labels),
-			Annotations: copyMap(rec.Annotations),
+			Labels:      maps.Clone(rec.Labels),
+			Annotations: maps.Clone(rec.Annotations),
 		},
 		Cpu: &runtimeapi.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: s.CPUUsageNanos}},
 		Memory: &runtimeapi.MemoryUsage{
