@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/minilet/minilet/internal/cri/embedded/imagestore"
+	"github.com/minilet/minilet/internal/cri/embedded/spec"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -82,7 +83,7 @@ func (r *Runtime) RemoveImage(ctx context.Context, image *runtimeapi.ImageSpec) 
 	if !ok {
 		return nil
 	}
-	if _, err := r.images.Remove(rec.ID, r.layersInUse); err != nil {
+	if _, err := r.images.Remove(rec.ID, r.ctrs.LayersInUse); err != nil {
 		return criErr(fmt.Errorf("remove image %q: %w", ref, err))
 	}
 	r.log.Info("image removed", "image", ref, "id", rec.ID, "tags", rec.RepoTags)
@@ -141,27 +142,12 @@ func (r *Runtime) criImage(rec *imagestore.Record) *runtimeapi.Image {
 	if img.Size == 0 {
 		img.Size = 1 // CRI wants a positive size
 	}
-	if u, err := parseImageUser(rec.Config.User); err == nil && u.uid != nil {
-		img.Uid = &runtimeapi.Int64Value{Value: *u.uid}
+	if uid, ok := spec.ImageUserID(rec.Config.User); ok {
+		img.Uid = &runtimeapi.Int64Value{Value: uid}
 	} else if rec.Config.User != "" {
 		img.Username = rec.Config.User
 	}
 	return img
-}
-
-// layersInUse are the layers of every container's root filesystem.
-func (r *Runtime) layersInUse() map[string]bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	in := map[string]bool{}
-	for _, c := range r.containers {
-		if c.rec.Rootfs != nil {
-			for _, l := range c.rec.Rootfs.Layers {
-				in[l] = true
-			}
-		}
-	}
-	return in
 }
 
 func hostImageInfo() *runtimeapi.Image {

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minilet/minilet/internal/cri/embedded/imagestore"
 	"github.com/minilet/minilet/internal/cri/embedded/internal/testlayer"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -293,41 +292,6 @@ func TestImageStoreSurvivesRestartAndQuarantinesCorruptRecords(t *testing.T) {
 	}
 	if st := imageStatus(t, pinned, reg+"/r/a:1"); st == nil || !st.Pinned {
 		t.Fatalf("configured pinned image not reported pinned: %v", st)
-	}
-}
-
-func TestImageContainerOverrideRules(t *testing.T) {
-	img := &imagestore.Record{ID: "sha256:x", Config: imagestore.ImageConfig{Entrypoint: []string{"/ep"}, Cmd: []string{"c1"}, Env: []string{"A=img", "B=img"}, WorkingDir: "/w", User: "app:staff"}}
-	r := &Runtime{}
-	for _, tc := range []struct {
-		name      string
-		cmd, args []string
-		want      string
-	}{
-		{"image defaults", nil, nil, "/ep c1"},
-		{"args replace Cmd", nil, []string{"a1"}, "/ep a1"},
-		{"command drops Cmd", []string{"/c"}, nil, "/c"},
-		{"command and args", []string{"/c"}, []string{"a1", "a2"}, "/c a1 a2"},
-	} {
-		args, env, wd, rf, err := r.imageContainer(img, &runtimeapi.ContainerConfig{Command: tc.cmd, Args: tc.args,
-			Envs: []*runtimeapi.KeyValue{{Key: "B", Value: []byte("pod")}}})
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if got := strings.Join(args, " "); got != tc.want {
-			t.Errorf("%s: argv %q, want %q", tc.name, got, tc.want)
-		}
-		if env[0] != "A=img" || env[1] != "B=pod" || wd != "/w" || rf.User.Name != "app" || rf.User.Group != "staff" {
-			t.Errorf("%s: env %v wd %s user %+v", tc.name, env, wd, rf.User)
-		}
-	}
-	_, _, _, rf, err := r.imageContainer(img, &runtimeapi.ContainerConfig{Linux: &runtimeapi.LinuxContainerConfig{
-		SecurityContext: &runtimeapi.LinuxContainerSecurityContext{RunAsUser: &runtimeapi.Int64Value{Value: 42}}}})
-	if err != nil || rf.User.UID == nil || *rf.User.UID != 42 || rf.User.Name != "" {
-		t.Fatalf("runAsUser did not win: %+v, %v", rf, err)
-	}
-	if _, _, _, _, err := r.imageContainer(&imagestore.Record{ID: "sha256:y"}, &runtimeapi.ContainerConfig{}); err == nil {
-		t.Fatal("no command anywhere was accepted")
 	}
 }
 

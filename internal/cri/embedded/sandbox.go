@@ -61,12 +61,10 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandb
 
 // sandboxContainers returns the ids of the containers of a sandbox.
 func (r *Runtime) sandboxContainers(id string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var ids []string
-	for cid, c := range r.containers {
-		if c.rec.SandboxID == id {
-			ids = append(ids, cid)
+	for _, c := range r.ctrs.List() {
+		if c.SandboxID == id {
+			ids = append(ids, c.ID)
 		}
 	}
 	return ids
