@@ -162,11 +162,7 @@ func (d *v1Driver) set(n Name, res *Resources) error {
 	}
 	if res.PidsLimit != nil {
 		if pids := d.dir("pids", n); pids != "" {
-			v := "max"
-			if *res.PidsLimit > 0 {
-				v = strconv.FormatInt(*res.PidsLimit, 10)
-			}
-			if err := d.write(pids, "pids.max", v); err != nil {
+			if err := d.write(pids, "pids.max", limit(*res.PidsLimit)); err != nil {
 				return err
 			}
 		}

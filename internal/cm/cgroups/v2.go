@@ -133,23 +133,19 @@ func (d *v2Driver) set(n Name, res *Resources) error {
 		}
 	}
 	if res.CPUQuota != nil || res.CPUPeriod != nil {
-		quota, period := "max", uint64(defaultCFSPeriod)
+		quota, period := int64(-1), uint64(defaultCFSPeriod)
 		if res.CPUPeriod != nil {
 			period = *res.CPUPeriod
 		}
-		if res.CPUQuota != nil && *res.CPUQuota > 0 {
-			quota = strconv.FormatInt(*res.CPUQuota, 10)
+		if res.CPUQuota != nil {
+			quota = *res.CPUQuota
 		}
-		if err := d.write(dir, "cpu.max", quota+" "+strconv.FormatUint(period, 10)); err != nil {
+		if err := d.write(dir, "cpu.max", limit(quota)+" "+strconv.FormatUint(period, 10)); err != nil {
 			return err
 		}
 	}
 	if res.Memory != nil {
-		v := "max"
-		if *res.Memory > 0 {
-			v = strconv.FormatInt(*res.Memory, 10)
-		}
-		if err := d.write(dir, "memory.max", v); err != nil {
+		if err := d.write(dir, "memory.max", limit(*res.Memory)); err != nil {
 			return err
 		}
 		if err := d.setSwap(dir, *res.Memory, res.MemorySwap); err != nil {
@@ -157,11 +153,7 @@ func (d *v2Driver) set(n Name, res *Resources) error {
 		}
 	}
 	if res.PidsLimit != nil && d.hasPids {
-		v := "max"
-		if *res.PidsLimit > 0 {
-			v = strconv.FormatInt(*res.PidsLimit, 10)
-		}
-		if err := d.write(dir, "pids.max", v); err != nil {
+		if err := d.write(dir, "pids.max", limit(*res.PidsLimit)); err != nil {
 			return err
 		}
 	}
@@ -182,6 +174,16 @@ func (d *v2Driver) setSwap(dir string, memory int64, memorySwap *int64) error {
 		v = strconv.FormatInt(max(*memorySwap-memory, 0), 10)
 	}
 	return d.write(dir, "memory.swap.max", v)
+}
+
+// limit is a limit as v2 control files (and v1 pids.max) take it: "max"
+// for none (v <= 0: 0 is "not set" for quotas, memory and pids), else the
+// number.
+func limit(v int64) string {
+	if v <= 0 {
+		return "max"
+	}
+	return strconv.FormatInt(v, 10)
 }
 
 // sharesToWeight converts v1 cpu.shares to v2 cpu.weight, mapping

@@ -1,7 +1,6 @@
 package imagestore
 
 import (
-	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/minilet/minilet/internal/cri/embedded/layerfs"
 	"github.com/minilet/minilet/internal/errdefs"
 )
 
@@ -42,7 +42,7 @@ func (s *Store) LoadArchive(ctx context.Context, archive io.Reader, now int64) (
 		return nil, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	if err := extractArchive(dir, archive); err != nil {
+	if err := layerfs.Extract(dir, archive); err != nil {
 		return nil, fmt.Errorf("load image archive: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
 	var out []LoadedImage
@@ -187,93 +187,6 @@ func ociImageName(ann map[string]string) string {
 		return n
 	}
 	return ""
-}
-
-// extractArchive unpacks an image archive (regular files, directories and
-// in-archive symlinks only) into dir. Nothing is written through a symlink
-// the archive created.
-func extractArchive(dir string, r io.Reader) error {
-	dir, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return err
-	}
-	tr := tar.NewReader(r)
-	buf := make([]byte, 1<<20)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read archive: %w", err)
-		}
-		rel := path.Clean("/" + hdr.Name)
-		if rel == "/" {
-			continue
-		}
-		dst := filepath.Join(dir, rel)
-		if err := mkdirNoFollow(dir, filepath.Dir(rel)); err != nil {
-			return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
-		}
-		if hdr.Typeflag != tar.TypeDir {
-			if err := os.RemoveAll(dst); err != nil {
-				return err
-			}
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := mkdirNoFollow(dir, rel); err != nil {
-				return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
-			}
-		case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old archives still use TypeRegA
-			f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.CopyBuffer(f, tr, buf)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
-			}
-		case tar.TypeSymlink, tar.TypeLink:
-			// Old docker archives link duplicate layers; keep the link and
-			// check it stays inside dir when it is opened.
-			target := hdr.Linkname
-			if hdr.Typeflag == tar.TypeLink {
-				target, _ = filepath.Rel(filepath.Dir(dst), filepath.Join(dir, path.Clean("/"+hdr.Linkname)))
-			}
-			if err := os.Symlink(target, dst); err != nil {
-				return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
-			}
-		}
-	}
-}
-
-// mkdirNoFollow creates the directory rel (slash-separated, clean, rooted)
-// under base, refusing to pass through symlinks.
-func mkdirNoFollow(base, rel string) error {
-	cur := base
-	for _, c := range strings.Split(strings.Trim(rel, "/"), "/") {
-		if c == "" {
-			continue
-		}
-		cur = filepath.Join(cur, c)
-		fi, err := os.Lstat(cur)
-		switch {
-		case err == nil && fi.IsDir():
-		case err == nil:
-			return fmt.Errorf("%s is not a directory", strings.TrimPrefix(cur, base))
-		case errors.Is(err, os.ErrNotExist):
-			if err := os.Mkdir(cur, 0o700); err != nil {
-				return err
-			}
-		default:
-			return err
-		}
-	}
-	return nil
 }
 
 // archivePath resolves a path named by the archive's manifest, refusing

@@ -3,7 +3,6 @@ package layerfs
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -91,14 +90,7 @@ func copyFile(src, dst string, buf []byte) error {
 		return err
 	}
 	defer func() { _ = in.Close() }()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.CopyBuffer(out, in, buf)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
+	_, err = writeFile(dst, in, buf)
 	return err
 }
 

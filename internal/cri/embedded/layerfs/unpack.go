@@ -3,7 +3,8 @@
 // them: it unpacks a layer's tar stream into such a directory (whiteouts
 // become 0/0 character devices, opaque directories an xattr), merges a
 // stack of them by copying where overlayfs cannot be mounted, and finds
-// out whether it can.
+// out whether it can. It also extracts plain archives (image archives)
+// with the same care not to write outside the target directory.
 package layerfs
 
 import (
@@ -145,14 +146,7 @@ func (u *unpacker) entry(hdr *tar.Header, tr io.Reader) (Stats, error) {
 		u.dirs[name] = true
 		u.dirTimes = append(u.dirTimes, dirTime{dst, hdr.ModTime})
 	case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old archives still use TypeRegA
-		f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return st, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-		}
-		n, err := io.CopyBuffer(f, tr, u.buf)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
+		n, err := writeFile(dst, tr, u.buf)
 		if err != nil {
 			return st, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}

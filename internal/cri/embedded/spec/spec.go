@@ -164,25 +164,27 @@ func parseImageUser(s string) (parsedUser, error) {
 		return u, nil
 	}
 	user, group, _ := strings.Cut(s, ":")
-	if n, err := strconv.ParseInt(user, 10, 64); err == nil {
-		if n < 0 {
-			return u, fmt.Errorf("negative uid")
-		}
-		u.uid = &n
-	} else {
-		u.name = user
+	var err error
+	if u.uid, u.name, err = idOrName(user, "uid"); err != nil {
+		return u, err
 	}
 	if group != "" {
-		if n, err := strconv.ParseInt(group, 10, 64); err == nil {
-			if n < 0 {
-				return u, fmt.Errorf("negative gid")
-			}
-			u.gid = &n
-		} else {
-			u.group = group
-		}
+		u.gid, u.group, err = idOrName(group, "gid")
 	}
-	return u, nil
+	return u, err
+}
+
+// idOrName reads one half of an image's User: a number (what: uid or gid)
+// or a name.
+func idOrName(s, what string) (*int64, string, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case err != nil:
+		return nil, s, nil
+	case n < 0:
+		return nil, "", fmt.Errorf("negative %s", what)
+	}
+	return &n, "", nil
 }
 
 // hostEnv turns CRI env vars into KEY=VALUE, adding the PATH and HOME an
