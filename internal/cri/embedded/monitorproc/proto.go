@@ -1,8 +1,9 @@
 // Package monitorproc is the process side of the embedded runtime's
 // container monitor: the code that runs inside the per-container monitor
 // process, the container init it starts for containers from images, and the
-// exec trampoline. It imports only the standard library and
-// golang.org/x/sys/unix, so that the small cmd/minilet-monitor binary built
+// exec trampoline. It imports only the standard library,
+// golang.org/x/sys/unix and internal packages that do the same (the cgroup
+// driver, state files), so that the small cmd/minilet-monitor binary built
 // from it starts fast and stays small; the agent binary runs the same code
 // when it re-executes itself (embedded.MaybeRunMonitor).
 //
