@@ -48,17 +48,17 @@ func (s *Supervisor) Exec(ctx context.Context, containerID string, cmd []string,
 		defer cancel()
 	}
 
-	report, reportW, err := os.Pipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	defer func() { _ = report.Close() }()
 	// The trampoline joins the cgroups and then execs cmd; argv holds the
 	// cgroup directories, "--", and the command.
 	n, err := cgroupName(rec.CgroupPath)
 	if err != nil {
 		return nil, nil, fmt.Errorf("exec in container %s: %w", containerID, err)
 	}
+	report, reportW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = report.Close() }()
 	args := []string{monitorproc.TrampolineArg0}
 	for _, d := range s.cg.Dirs(n) {
 		args = append(args, d.Path)
@@ -66,7 +66,7 @@ func (s *Supervisor) Exec(ctx context.Context, containerID string, cmd []string,
 	args = append(append(args, "--"), cmd...)
 	var stdout, stderr capBuffer
 	proc := &exec.Cmd{
-		Path:        "/proc/self/exe",
+		Path:        selfExe, // the trampoline is always the agent's own binary
 		Args:        args,
 		Env:         append(append([]string{}, rec.Env...), monitorproc.TrampolineEnv+"=1"),
 		Dir:         rec.WorkingDir,

@@ -13,7 +13,8 @@ import (
 const MonitorBinaryName = "minilet-monitor"
 
 // selfExe re-executes the running agent binary, whose main runs
-// monitorproc.MaybeRun first.
+// monitorproc.MaybeRun first: a monitor when no monitor binary is
+// installed, and the exec trampoline always.
 const selfExe = "/proc/self/exe"
 
 // MonitorExecutable chooses the program monitors are started from: the
