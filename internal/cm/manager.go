@@ -129,7 +129,7 @@ func New(cfg Config) (*Manager, error) {
 	m.driver = cfg.Driver
 	if m.driver == nil {
 		naming := cgroups.Naming(cfg.CgroupDriver)
-		if m.driver, err = cgroups.New(cgroups.Config{MountRoot: cfg.CgroupMountRoot, Naming: naming, Logger: m.log, Clock: m.clk}); err != nil {
+		if m.driver, err = cgroups.New(cgroups.Config{MountRoot: cfg.CgroupMountRoot, Naming: naming, Clock: m.clk}); err != nil {
 			return nil, fmt.Errorf("cgroup driver: %w", err)
 		}
 	}

@@ -47,15 +47,3 @@ func MilliCPUToQuota(milliCPU, period int64) int64 {
 	}
 	return quota
 }
-
-// SharesToWeight converts cgroup v1 cpu.shares to cgroup v2 cpu.weight,
-// mapping [2, 262144] linearly onto [1, 10000]. Zero stays zero (unset).
-func SharesToWeight(shares uint64) uint64 {
-	if shares == 0 {
-		return 0
-	}
-	if shares < MinShares {
-		shares = MinShares
-	}
-	return 1 + ((shares-2)*9999)/262142
-}

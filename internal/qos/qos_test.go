@@ -119,16 +119,6 @@ func TestMilliCPUToQuota(t *testing.T) {
 	}
 }
 
-func TestSharesToWeight(t *testing.T) {
-	for _, tc := range []struct{ shares, want uint64 }{
-		{0, 0}, {2, 1}, {1024, 39}, {2048, 79}, {3072, 118}, {262144, 10000}, {102, 4},
-	} {
-		if got := SharesToWeight(tc.shares); got != tc.want {
-			t.Errorf("SharesToWeight(%d) = %d, want %d", tc.shares, got, tc.want)
-		}
-	}
-}
-
 func TestPodRequestsAndLimits(t *testing.T) {
 	always := v1.ContainerRestartPolicyAlways
 	for _, tc := range []struct {

@@ -1,22 +1,21 @@
 // Package cgroups creates, updates, measures and removes cgroups on cgroup
-// v1 (one hierarchy per controller) and cgroup v2 (the unified hierarchy).
-// It knows nothing about pods; internal/cm decides names and values.
+// v1 (one hierarchy per controller, split or co-mounted) and cgroup v2 (the
+// unified hierarchy). It is minilet's one cgroup driver: internal/cm places
+// pods in it, the embedded runtime its containers, and the container
+// monitor joins, watches and empties container cgroups with it. It knows
+// nothing about pods or containers: its callers decide names and values.
+//
+// It imports only the standard library, golang.org/x/sys and
+// internal/errdefs, so that the small cmd/minilet-monitor binary can use it.
 package cgroups
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
-	"sync/atomic"
-
-	"k8s.io/utils/clock"
+	"time"
 
 	"github.com/minilet/minilet/internal/errdefs"
 )
@@ -57,6 +56,10 @@ type Resources struct {
 	CPUPeriod *uint64
 	// Memory is the memory limit in bytes; -1 means unlimited.
 	Memory *int64
+	// MemorySwap, set together with Memory, is the limit of memory plus
+	// swap in bytes: v1 memory.memsw.limit_in_bytes, v2 memory.swap.max
+	// (MemorySwap minus Memory), each only where the kernel accounts swap.
+	MemorySwap *int64
 	// PidsLimit is the maximum number of tasks; -1 means unlimited.
 	PidsLimit *int64
 }
@@ -79,6 +82,17 @@ type Stats struct {
 	OOMKills uint64
 	// Pids is the number of tasks in the cgroup (0 without the pids controller).
 	Pids uint64
+}
+
+// Dir is a cgroup's directory in one hierarchy.
+type Dir struct {
+	// Path is the cgroup's directory.
+	Path string
+	// Mount is the hierarchy's root directory.
+	Mount string
+	// Controller is one controller of the hierarchy (v1), by which a process
+	// finds its own cgroup there (see Self); empty on v2.
+	Controller string
 }
 
 // Driver manages cgroups by Name. Implementations are safe for concurrent
@@ -104,6 +118,14 @@ type Driver interface {
 	Pids(n Name) ([]int, error)
 	// Join moves process pid into the cgroup.
 	Join(n Name, pid int) error
+	// Kill sends SIGKILL to every process in the cgroup and its
+	// descendants (never to the caller or to pid 1).
+	Kill(n Name) error
+	// Dirs are the cgroup's directories, one per hierarchy.
+	Dirs(n Name) []Dir
+	// Dir is the cgroup's directory in the hierarchy of controller ("" when
+	// that controller is not used).
+	Dir(controller string, n Name) string
 	// Children lists the names of the cgroup's direct child cgroups.
 	Children(n Name) ([]string, error)
 	// Writes counts control-file writes and directory creations so far.
@@ -118,11 +140,31 @@ type Config struct {
 	Mode Mode
 	// Naming is the path scheme. Default NamingCgroupfs.
 	Naming Naming
-	// Logger receives diagnostics. Default: discard.
-	Logger *slog.Logger
+	// Controllers are the controllers used when the machine has them,
+	// besides cpu, cpuacct and memory, which are always used: on v1 the
+	// hierarchies cgroups are made in, on v2 the controllers delegated to
+	// children (cpuset and pids; cpuacct is part of cpu there). Default
+	// DefaultControllers.
+	Controllers []string
 	// Clock paces Destroy's kill-and-retry loop. Default: the real clock.
-	Clock clock.Clock
+	Clock Clock
 }
+
+// DefaultControllers are Config.Controllers by default: pods are placed in
+// cpusets too, and can be given a pids limit.
+var DefaultControllers = []string{"cpuset", "pids", "hugetlb"}
+
+// Clock is the part of k8s.io/utils/clock.Clock the driver waits with;
+// that package's clocks, real and fake, satisfy it. (The package itself is
+// not imported, to keep the monitor binary small.)
+type Clock interface {
+	After(d time.Duration) <-chan time.Time
+}
+
+// realClock is the default Clock.
+type realClock struct{}
+
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // New returns a driver for the machine's cgroups.
 func New(cfg Config) (Driver, error) {
@@ -136,10 +178,10 @@ func New(cfg Config) (Driver, error) {
 		return nil, fmt.Errorf("cgroup driver %q: must be %q or %q: %w", cfg.Naming, NamingCgroupfs, NamingSystemd, errdefs.ErrInvalidArgument)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
+		cfg.Clock = realClock{}
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.Controllers == nil {
+		cfg.Controllers = DefaultControllers
 	}
 	mode := cfg.Mode
 	if mode == ModeAuto {
@@ -184,191 +226,4 @@ func has(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// files does the counted reads and writes of control files.
-type files struct {
-	writes atomic.Uint64
-}
-
-func (f *files) write(dir, file, value string) error {
-	f.writes.Add(1)
-	p := filepath.Join(dir, file)
-	fd, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p, classify(err))
-	}
-	_, err = fd.WriteString(value)
-	if cerr := fd.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write %q to %s: %w", value, p, classify(err))
-	}
-	return nil
-}
-
-func (f *files) mkdir(p string) (created bool, err error) {
-	f.writes.Add(1)
-	err = os.Mkdir(p, 0o755)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, os.ErrExist):
-		return false, nil
-	}
-	return false, fmt.Errorf("create cgroup %s: %w", p, classify(err))
-}
-
-func classify(err error) error {
-	if errors.Is(err, os.ErrNotExist) {
-		return errors.Join(err, errdefs.ErrNotFound)
-	}
-	return err
-}
-
-func readString(dir, file string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(dir, file))
-	if err != nil {
-		return "", classify(err)
-	}
-	return strings.TrimSpace(string(data)), nil
-}
-
-// readUint parses a single-number file; "max" reads as 0.
-func readUint(dir, file string) (uint64, error) {
-	s, err := readString(dir, file)
-	if err != nil {
-		return 0, err
-	}
-	if s == "max" {
-		return 0, nil
-	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s/%s %q: %w", dir, file, s, err)
-	}
-	return v, nil
-}
-
-// readKV parses a "key value" per line file (memory.stat, cpu.stat, ...).
-func readKV(dir, file string) (map[string]uint64, error) {
-	s, err := readString(dir, file)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]uint64{}
-	for _, line := range strings.Split(s, "\n") {
-		k, v, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
-			out[k] = n
-		}
-	}
-	return out, nil
-}
-
-// readPids reads a cgroup.procs file.
-func readPids(dir string) ([]int, error) {
-	s, err := readString(dir, "cgroup.procs")
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for _, f := range strings.Fields(s) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
-}
-
-// subdirs lists the child directories of dir (cgroups, in a cgroup fs).
-func subdirs(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, classify(err)
-	}
-	var out []string
-	for _, e := range ents {
-		if e.IsDir() {
-			out = append(out, e.Name())
-		}
-	}
-	return out, nil
-}
-
-// pidsUnder returns the sorted, distinct pids of dirs and all their
-// descendant cgroups; a missing dir contributes none.
-func pidsUnder(dirs ...string) ([]int, error) {
-	seen := map[int]bool{}
-	for _, dir := range dirs {
-		if err := walkPids(dir, seen); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]int, 0, len(seen))
-	for p := range seen {
-		out = append(out, p)
-	}
-	sort.Ints(out)
-	return out, nil
-}
-
-// walkPids collects the pids of dir and all descendant cgroups.
-func walkPids(dir string, seen map[int]bool) error {
-	pids, err := readPids(dir)
-	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil
-		}
-		return err
-	}
-	for _, p := range pids {
-		seen[p] = true
-	}
-	kids, err := subdirs(dir)
-	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil
-		}
-		return err
-	}
-	for _, k := range kids {
-		if err := walkPids(filepath.Join(dir, k), seen); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// removeTree removes dir's descendant cgroups deepest first, then dir.
-// rm is os.Remove on a cgroup fs (rmdir) and os.RemoveAll for plain
-// directory trees in tests. A leaf is removed without listing it first.
-func removeTree(dir string, rm func(string) error) error {
-	err := rm(dir)
-	if err == nil || errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	kids, lerr := subdirs(dir)
-	if lerr != nil {
-		if errors.Is(lerr, errdefs.ErrNotFound) {
-			return nil
-		}
-		return lerr
-	}
-	if len(kids) == 0 {
-		return err // busy for another reason (processes): report it
-	}
-	for _, k := range kids {
-		if err := removeTree(filepath.Join(dir, k), rm); err != nil {
-			return err
-		}
-	}
-	if err := rm(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
 }

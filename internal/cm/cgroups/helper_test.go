@@ -3,7 +3,6 @@ package cgroups
 import (
 	"context"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,7 +100,7 @@ func requireV1(t *testing.T) Driver {
 	if m, err := Detect(DefaultMountRoot); err != nil || m != ModeV1 {
 		t.Skipf("needs cgroup v1 hierarchies at %s (detected %v, %v)", DefaultMountRoot, m, err)
 	}
-	d, err := New(Config{Logger: testLogger(t)})
+	d, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,14 +123,6 @@ func testRoot(t *testing.T, d Driver) Name {
 	})
 	return root
 }
-
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, nil))
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 func readFile(t *testing.T, path ...string) string {
 	t.Helper()

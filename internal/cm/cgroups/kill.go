@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/errdefs"
 )
@@ -20,13 +19,12 @@ const destroyTimeout = 30 * time.Second
 // killAndRemove SIGKILLs whatever pids() returns until it returns none and
 // remove() succeeds, backing off between rounds. The agent itself (and pid
 // 1) are never signalled, so a misplaced agent cannot kill itself.
-func killAndRemove(ctx context.Context, clk clock.Clock, what string, pids func() ([]int, error), remove func() error) error {
+func killAndRemove(ctx context.Context, clk Clock, what string, pids func() ([]int, error), remove func() error) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, destroyTimeout)
 		defer cancel()
 	}
-	self := os.Getpid()
 	wait := time.Millisecond
 	var lastErr error
 	for {
@@ -34,7 +32,7 @@ func killAndRemove(ctx context.Context, clk clock.Clock, what string, pids func(
 		if err != nil {
 			return fmt.Errorf("list processes of cgroup %s: %w", what, err)
 		}
-		ps = dropPid(dropPid(ps, self), 1)
+		ps = killable(ps)
 		if len(ps) == 0 {
 			if lastErr = remove(); lastErr == nil {
 				return nil
@@ -42,27 +40,49 @@ func killAndRemove(ctx context.Context, clk clock.Clock, what string, pids func(
 		} else {
 			sort.Ints(ps)
 			lastErr = fmt.Errorf("%d processes left (first %d)", len(ps), ps[0])
-			for _, p := range ps {
-				if err := unix.Kill(p, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
-					lastErr = fmt.Errorf("kill %d: %w", p, err)
-				}
+			if err := killPids(ps); err != nil {
+				lastErr = err
 			}
 		}
-		t := clk.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return fmt.Errorf("remove cgroup %s: %w (%w): %w", what, lastErr, ctx.Err(), errdefs.ErrUnavailable)
-		case <-t.C():
+		case <-clk.After(wait):
 		}
 		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
 
-func dropPid(ps []int, pid int) []int {
+// killTree is Kill: SIGKILL to the processes of n and its descendants.
+func killTree(n Name, pids func(Name) ([]int, error)) error {
+	if len(n) == 0 {
+		return fmt.Errorf("refusing to kill the root cgroup: %w", errdefs.ErrInvalidArgument)
+	}
+	ps, err := pids(n)
+	if err != nil {
+		return err
+	}
+	return killPids(ps)
+}
+
+// killPids sends SIGKILL to the killable pids of ps; a process that is
+// already gone is no error.
+func killPids(ps []int) error {
+	var errs []error
+	for _, p := range killable(ps) {
+		if err := unix.Kill(p, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("kill %d: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// killable drops the caller and pid 1 from ps (in place).
+func killable(ps []int) []int {
+	self := os.Getpid()
 	out := ps[:0]
 	for _, p := range ps {
-		if p != pid {
+		if p != self && p != 1 {
 			out = append(out, p)
 		}
 	}

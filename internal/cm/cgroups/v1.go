@@ -8,20 +8,15 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
-
-	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/errdefs"
 )
 
-// v1Required are the hierarchies a v1 machine must have; v1Optional are
-// used when mounted (cpuset so a runtime can place containers under the pod
-// there too, pids for --pod-max-pids, hugetlb for completeness).
-var (
-	v1Required = []string{"cpu", "cpuacct", "memory"}
-	v1Optional = []string{"cpuset", "pids", "hugetlb"}
-)
+// v1Required are the hierarchies a v1 machine must have; Config.Controllers
+// name those used when mounted (for pods: cpuset so a runtime can place
+// containers under the pod there too, pids for --pod-max-pids, hugetlb for
+// completeness).
+var v1Required = []string{"cpu", "cpuacct", "memory"}
 
 // unlimitedV1 is the smallest value memory.limit_in_bytes reports as "no
 // limit" (the kernel rounds LLONG_MAX down to a page).
@@ -30,20 +25,22 @@ const unlimitedV1 = uint64(1) << 62
 type v1Driver struct {
 	files
 	naming Naming
-	clk    clock.Clock
+	clk    Clock
 	// mounts maps a controller to its hierarchy directory.
 	mounts map[string]string
-	// dirs are the distinct hierarchy directories (co-mounted controllers
-	// such as cpu,cpuacct share one).
-	dirs []string
+	// hiers are the distinct hierarchies (co-mounted controllers such as
+	// cpu,cpuacct share one), each with the first controller found in it.
+	hiers []hierarchy
 }
+
+type hierarchy struct{ mount, controller string }
 
 var _ Driver = (*v1Driver)(nil)
 
 func newV1(cfg Config) (*v1Driver, error) {
 	d := &v1Driver{naming: cfg.Naming, clk: cfg.Clock, mounts: map[string]string{}}
 	seen := map[string]bool{}
-	for i, c := range append(append([]string{}, v1Required...), v1Optional...) {
+	for i, c := range append(append([]string{}, v1Required...), cfg.Controllers...) {
 		dir := filepath.Join(cfg.MountRoot, c)
 		if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
 			if i < len(v1Required) {
@@ -58,7 +55,7 @@ func newV1(cfg Config) (*v1Driver, error) {
 		d.mounts[c] = real
 		if !seen[real] {
 			seen[real] = true
-			d.dirs = append(d.dirs, real)
+			d.hiers = append(d.hiers, hierarchy{mount: real, controller: c})
 		}
 	}
 	return d, nil
@@ -78,10 +75,21 @@ func (d *v1Driver) dir(controller string, n Name) string {
 	return filepath.Join(m, d.Path(n))
 }
 
+func (d *v1Driver) Dir(controller string, n Name) string { return d.dir(controller, n) }
+
+func (d *v1Driver) Dirs(n Name) []Dir {
+	rel := d.Path(n)
+	out := make([]Dir, 0, len(d.hiers))
+	for _, h := range d.hiers {
+		out = append(out, Dir{Path: filepath.Join(h.mount, rel), Mount: h.mount, Controller: h.controller})
+	}
+	return out
+}
+
 func (d *v1Driver) Create(n Name, res *Resources) error {
 	rel := d.Path(n)
-	for _, h := range d.dirs {
-		if err := d.mkdirAll(h, rel); err != nil {
+	for _, h := range d.hiers {
+		if err := d.mkdirAll(h.mount, rel); err != nil {
 			return err
 		}
 	}
@@ -148,22 +156,39 @@ func (d *v1Driver) set(n Name, res *Resources) error {
 		}
 	}
 	if res.Memory != nil {
-		if err := d.write(d.dir("memory", n), "memory.limit_in_bytes", strconv.FormatInt(*res.Memory, 10)); err != nil {
+		if err := d.setMemory(d.dir("memory", n), *res.Memory, res.MemorySwap); err != nil {
 			return err
 		}
 	}
 	if res.PidsLimit != nil {
 		if pids := d.dir("pids", n); pids != "" {
-			v := "max"
-			if *res.PidsLimit > 0 {
-				v = strconv.FormatInt(*res.PidsLimit, 10)
-			}
-			if err := d.write(pids, "pids.max", v); err != nil {
+			if err := d.write(pids, "pids.max", limit(*res.PidsLimit)); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// setMemory writes the memory limit and, when swap is given and the kernel
+// accounts swap, the memory+swap limit. The kernel keeps memsw >= limit,
+// so when raising, memsw has to go up first.
+func (d *v1Driver) setMemory(dir string, limit int64, swap *int64) error {
+	lim := strconv.FormatInt(limit, 10)
+	if swap == nil {
+		return d.write(dir, "memory.limit_in_bytes", lim)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "memory.memsw.limit_in_bytes")); err != nil {
+		return d.write(dir, "memory.limit_in_bytes", lim)
+	}
+	memsw := strconv.FormatInt(*swap, 10)
+	if err := d.write(dir, "memory.limit_in_bytes", lim); err != nil {
+		if err2 := d.write(dir, "memory.memsw.limit_in_bytes", memsw); err2 != nil {
+			return err
+		}
+		return d.write(dir, "memory.limit_in_bytes", lim)
+	}
+	return d.write(dir, "memory.memsw.limit_in_bytes", memsw)
 }
 
 func (d *v1Driver) Exists(n Name) bool {
@@ -176,13 +201,14 @@ func (d *v1Driver) Exists(n Name) bool {
 }
 
 func (d *v1Driver) Pids(n Name) ([]int, error) {
-	rel := d.Path(n)
-	dirs := make([]string, 0, len(d.dirs))
-	for _, h := range d.dirs {
-		dirs = append(dirs, filepath.Join(h, rel))
+	var dirs []string
+	for _, dir := range d.Dirs(n) {
+		dirs = append(dirs, dir.Path)
 	}
 	return pidsUnder(dirs...)
 }
+
+func (d *v1Driver) Kill(n Name) error { return killTree(n, d.Pids) }
 
 func (d *v1Driver) Destroy(ctx context.Context, n Name) error {
 	rel := d.Path(n)
@@ -190,8 +216,8 @@ func (d *v1Driver) Destroy(ctx context.Context, n Name) error {
 		return fmt.Errorf("refusing to destroy the root cgroup: %w", errdefs.ErrInvalidArgument)
 	}
 	return killAndRemove(ctx, d.clk, rel, func() ([]int, error) { return d.Pids(n) }, func() error {
-		for _, h := range d.dirs {
-			if err := removeTree(filepath.Join(h, rel), os.Remove); err != nil {
+		for _, dir := range d.Dirs(n) {
+			if err := removeTree(dir.Path, os.Remove); err != nil {
 				return err
 			}
 		}
@@ -200,9 +226,8 @@ func (d *v1Driver) Destroy(ctx context.Context, n Name) error {
 }
 
 func (d *v1Driver) Join(n Name, pid int) error {
-	rel := d.Path(n)
-	for _, h := range d.dirs {
-		if err := d.write(filepath.Join(h, rel), "cgroup.procs", strconv.Itoa(pid)); err != nil {
+	for _, dir := range d.Dirs(n) {
+		if err := d.write(dir.Path, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return err
 		}
 	}
@@ -211,9 +236,8 @@ func (d *v1Driver) Join(n Name, pid int) error {
 
 func (d *v1Driver) Children(n Name) ([]string, error) {
 	set := map[string]bool{}
-	rel := d.Path(n)
-	for _, h := range d.dirs {
-		kids, err := subdirs(filepath.Join(h, rel))
+	for _, dir := range d.Dirs(n) {
+		kids, err := subdirs(dir.Path)
 		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return nil, err
 		}
@@ -252,23 +276,11 @@ func (d *v1Driver) Stats(n Name) (*Stats, error) {
 	if lim, err := readUint(mem, "memory.limit_in_bytes"); err == nil && lim < unlimitedV1 {
 		s.MemoryLimit = lim
 	}
-	if oc, err := readString(mem, "memory.oom_control"); err == nil {
-		s.OOMKills = oomKillField(oc)
+	if oc, err := readKV(mem, "memory.oom_control"); err == nil {
+		s.OOMKills = oc["oom_kill"]
 	}
 	if pids := d.dir("pids", n); pids != "" {
 		s.Pids, _ = readUint(pids, "pids.current")
 	}
 	return &s, nil
-}
-
-// oomKillField returns the "oom_kill N" value of memory.oom_control or
-// memory.events.
-func oomKillField(s string) uint64 {
-	for _, line := range strings.Split(s, "\n") {
-		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
 }

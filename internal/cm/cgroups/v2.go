@@ -10,21 +10,23 @@ import (
 	"strconv"
 	"strings"
 
-	"k8s.io/utils/clock"
-
 	"github.com/minilet/minilet/internal/errdefs"
-	"github.com/minilet/minilet/internal/qos"
 )
 
-// v2Wanted are the controllers enabled for children in every ancestor's
-// cgroup.subtree_control, when the root offers them.
-var v2Wanted = []string{"cpu", "memory", "pids", "cpuset"}
+// v2Delegable are the controllers a driver can enable for children in the
+// ancestors' cgroup.subtree_control: cpu and memory always, the others when
+// Config.Controllers names them; each only when the root offers it.
+var v2Delegable = []string{"cpu", "memory", "pids", "cpuset"}
+
+// defaultCFSPeriod is the kernel's CFS period in µs, written to cpu.max
+// along with a quota when no period is given.
+const defaultCFSPeriod = 100000
 
 type v2Driver struct {
 	files
 	root   string
 	naming Naming
-	clk    clock.Clock
+	clk    Clock
 	// enable is the "+cpu +memory ..." line for cgroup.subtree_control.
 	enable   []string
 	hasPids  bool
@@ -40,8 +42,8 @@ func newV2(cfg Config, plainDir bool) (*v2Driver, error) {
 		return nil, fmt.Errorf("cgroup v2 at %s: %w", cfg.MountRoot, err)
 	}
 	ctrls := strings.Fields(avail)
-	for _, c := range v2Wanted {
-		if has(ctrls, c) {
+	for _, c := range v2Delegable {
+		if has(ctrls, c) && (c == "cpu" || c == "memory" || has(cfg.Controllers, c)) {
 			d.enable = append(d.enable, c)
 		}
 	}
@@ -56,6 +58,11 @@ func (d *v2Driver) Mode() Mode         { return ModeV2 }
 func (d *v2Driver) Path(n Name) string { return d.naming.Path(n) }
 func (d *v2Driver) Writes() uint64     { return d.writes.Load() }
 func (d *v2Driver) dir(n Name) string  { return filepath.Join(d.root, d.Path(n)) }
+
+// Dir is the cgroup's directory: one for every controller on v2.
+func (d *v2Driver) Dir(controller string, n Name) string { return d.dir(n) }
+
+func (d *v2Driver) Dirs(n Name) []Dir { return []Dir{{Path: d.dir(n), Mount: d.root}} }
 
 func (d *v2Driver) Create(n Name, res *Resources) error {
 	if err := d.mkdirAll(d.Path(n)); err != nil {
@@ -120,42 +127,73 @@ func (d *v2Driver) set(n Name, res *Resources) error {
 	}
 	dir := d.dir(n)
 	if res.CPUShares != nil {
-		w := qos.SharesToWeight(*res.CPUShares)
+		w := sharesToWeight(*res.CPUShares)
 		if err := d.write(dir, "cpu.weight", strconv.FormatUint(w, 10)); err != nil {
 			return err
 		}
 	}
 	if res.CPUQuota != nil || res.CPUPeriod != nil {
-		quota, period := "max", uint64(qos.DefaultCFSPeriod)
+		quota, period := int64(-1), uint64(defaultCFSPeriod)
 		if res.CPUPeriod != nil {
 			period = *res.CPUPeriod
 		}
-		if res.CPUQuota != nil && *res.CPUQuota > 0 {
-			quota = strconv.FormatInt(*res.CPUQuota, 10)
+		if res.CPUQuota != nil {
+			quota = *res.CPUQuota
 		}
-		if err := d.write(dir, "cpu.max", quota+" "+strconv.FormatUint(period, 10)); err != nil {
+		if err := d.write(dir, "cpu.max", limit(quota)+" "+strconv.FormatUint(period, 10)); err != nil {
 			return err
 		}
 	}
 	if res.Memory != nil {
-		v := "max"
-		if *res.Memory > 0 {
-			v = strconv.FormatInt(*res.Memory, 10)
+		if err := d.write(dir, "memory.max", limit(*res.Memory)); err != nil {
+			return err
 		}
-		if err := d.write(dir, "memory.max", v); err != nil {
+		if err := d.setSwap(dir, *res.Memory, res.MemorySwap); err != nil {
 			return err
 		}
 	}
 	if res.PidsLimit != nil && d.hasPids {
-		v := "max"
-		if *res.PidsLimit > 0 {
-			v = strconv.FormatInt(*res.PidsLimit, 10)
-		}
-		if err := d.write(dir, "pids.max", v); err != nil {
+		if err := d.write(dir, "pids.max", limit(*res.PidsLimit)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// setSwap writes memory.swap.max, the swap allowed besides memory, from a
+// memory+swap limit, where the kernel accounts swap.
+func (d *v2Driver) setSwap(dir string, memory int64, memorySwap *int64) error {
+	if memorySwap == nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err != nil {
+		return nil
+	}
+	v := "max"
+	if *memorySwap > 0 && memory > 0 {
+		v = strconv.FormatInt(max(*memorySwap-memory, 0), 10)
+	}
+	return d.write(dir, "memory.swap.max", v)
+}
+
+// limit is a limit as v2 control files (and v1 pids.max) take it: "max"
+// for none (v <= 0: 0 is "not set" for quotas, memory and pids), else the
+// number.
+func limit(v int64) string {
+	if v <= 0 {
+		return "max"
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// sharesToWeight converts v1 cpu.shares to v2 cpu.weight, mapping
+// [2, 262144] linearly onto [1, 10000] as the kubelet does.
+func sharesToWeight(shares uint64) uint64 {
+	if shares == 0 {
+		return 0
+	}
+	shares = max(shares, 2)
+	return 1 + ((shares-2)*9999)/262142
 }
 
 func (d *v2Driver) Exists(n Name) bool {
@@ -187,6 +225,8 @@ func (d *v2Driver) Destroy(ctx context.Context, n Name) error {
 		return removeTree(dir, rm)
 	})
 }
+
+func (d *v2Driver) Kill(n Name) error { return killTree(n, d.Pids) }
 
 func (d *v2Driver) Join(n Name, pid int) error {
 	return d.write(d.dir(n), "cgroup.procs", strconv.Itoa(pid))
@@ -223,8 +263,8 @@ func (d *v2Driver) Stats(n Name) (*Stats, error) {
 	s.MemoryRSS = ms["anon"]
 	s.PageFaults, s.MajorPageFaults = ms["pgfault"], ms["pgmajfault"]
 	s.MemoryLimit, _ = readUint(dir, "memory.max")
-	if ev, err := readString(dir, "memory.events"); err == nil {
-		s.OOMKills = oomKillField(ev)
+	if ev, err := readKV(dir, "memory.events"); err == nil {
+		s.OOMKills = ev["oom_kill"]
 	}
 	if d.hasPids {
 		s.Pids, _ = readUint(dir, "pids.current")

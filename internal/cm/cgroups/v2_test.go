@@ -21,7 +21,7 @@ func TestV2DirectoryTree(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpuset cpu io memory hugetlb pids rdma misc\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d, err := newV2(Config{MountRoot: root, Naming: NamingSystemd, Clock: clock.RealClock{}}, true)
+	d, err := newV2(Config{MountRoot: root, Naming: NamingSystemd, Controllers: DefaultControllers, Clock: clock.RealClock{}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,5 +95,55 @@ func TestV2DirectoryTree(t *testing.T) {
 	}
 	if !d.Exists(Name{"kubepods", "burstable"}) {
 		t.Error("Destroy removed the parent")
+	}
+}
+
+// TestV2ContainerControllers: a driver for container cgroups delegates
+// only the controllers it was asked for, and turns a memory+swap limit
+// into memory.swap.max.
+func TestV2ContainerControllers(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpuset cpu io memory pids\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := newV2(Config{MountRoot: root, Naming: NamingCgroupfs, Controllers: []string{"pids"}, Clock: clock.RealClock{}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr, err := ParseCgroupfs("/pod/ctr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Create(ctr, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "pod", "ctr")
+	if got := readFile(t, root, "pod", "cgroup.subtree_control"); got != "cpu memory pids" {
+		t.Errorf("pod subtree_control = %q, want cpu memory pids", got)
+	}
+	if dirs := d.Dirs(ctr); len(dirs) != 1 || dirs[0] != (Dir{Path: dir, Mount: root}) || d.Dir("memory", ctr) != dir {
+		t.Errorf("Dirs = %+v, Dir(memory) = %s; want the one directory %s", dirs, d.Dir("memory", ctr), dir)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("max\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Update(ctr, &Resources{Memory: ptr(int64(64 << 20)), MemorySwap: ptr(int64(64 << 20))}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, dir, "memory.swap.max"); got != "0" {
+		t.Errorf("memory.swap.max = %q, want 0 (memory+swap equal to memory)", got)
+	}
+	if err := d.Kill(nil); err == nil {
+		t.Error("Kill of the root cgroup was not refused")
+	}
+}
+
+func TestSharesToWeight(t *testing.T) {
+	for _, tc := range []struct{ shares, want uint64 }{
+		{0, 0}, {1, 1}, {2, 1}, {1024, 39}, {2048, 79}, {3072, 118}, {262144, 10000}, {102, 4},
+	} {
+		if got := sharesToWeight(tc.shares); got != tc.want {
+			t.Errorf("sharesToWeight(%d) = %d, want %d", tc.shares, got, tc.want)
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minilet/minilet/internal/cri/embedded/internal/testlayer"
+
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -61,7 +63,7 @@ func TestImageLoadThroughAdminSocket(t *testing.T) {
 		}
 	})
 
-	img := testImage(t, v1.Config{Cmd: []string{"/x"}}, layerTar(t, file("x", "x", 0o755)))
+	img := testImage(t, v1.Config{Cmd: []string{"/x"}}, testlayer.Tar(t, testlayer.File("x", "x", 0o755)))
 	tag, _ := name.NewTag("registry.example/app:2")
 	archive := filepath.Join(t.TempDir(), "app.tar")
 	if err := tarball.WriteToFile(archive, tag, img); err != nil {

@@ -82,9 +82,7 @@ func testAdopt(t *testing.T, helperMonitor, adopterMonitor string) {
 		if err := r.RemovePodSandbox(context.Background(), sb); err != nil {
 			t.Errorf("RemovePodSandbox: %v", err)
 		}
-		for _, d := range r.cg.dirs(parent) {
-			_ = os.Remove(d)
-		}
+		removeCgroupDirs(r, parent)
 	})
 	st := containerState(t, r, id)
 	if st.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {

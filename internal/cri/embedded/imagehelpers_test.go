@@ -1,7 +1,6 @@
 package embedded
 
 import (
-	"archive/tar"
 	"bytes"
 	"io"
 	"log"
@@ -24,57 +23,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
-
-// tarEntry is one entry of a test layer.
-type tarEntry struct {
-	name     string
-	typ      byte // tar.TypeReg when zero
-	body     string
-	mode     int64
-	uid, gid int
-	link     string
-}
-
-func file(name, body string, mode int64) tarEntry {
-	return tarEntry{name: name, typ: tar.TypeReg, body: body, mode: mode}
-}
-func dir(name string, mode int64) tarEntry { return tarEntry{name: name, typ: tar.TypeDir, mode: mode} }
-func symlink(name, target string) tarEntry {
-	return tarEntry{name: name, typ: tar.TypeSymlink, link: target, mode: 0o777}
-}
-func hardlink(name, target string) tarEntry {
-	return tarEntry{name: name, typ: tar.TypeLink, link: target}
-}
-
-// layerTar builds an uncompressed layer tarball.
-func layerTar(tb testing.TB, entries ...tarEntry) []byte {
-	tb.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	mtime := time.Unix(1700000000, 0)
-	for _, e := range entries {
-		typ := e.typ
-		if typ == 0 {
-			typ = tar.TypeReg
-		}
-		hdr := &tar.Header{Name: e.name, Typeflag: typ, Mode: e.mode, Uid: e.uid, Gid: e.gid, Linkname: e.link, ModTime: mtime, Format: tar.FormatPAX}
-		if typ == tar.TypeReg {
-			hdr.Size = int64(len(e.body))
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			tb.Fatal(err)
-		}
-		if typ == tar.TypeReg {
-			if _, err := tw.Write([]byte(e.body)); err != nil {
-				tb.Fatal(err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		tb.Fatal(err)
-	}
-	return buf.Bytes()
-}
 
 // testImage builds an image from layer tarballs (gzip-compressed in the
 // image) and a config.

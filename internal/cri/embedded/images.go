@@ -3,9 +3,11 @@ package embedded
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/minilet/minilet/internal/cri/embedded/imagestore"
+	"github.com/minilet/minilet/internal/cri/embedded/spec"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -17,13 +19,13 @@ func (r *Runtime) ListImages(ctx context.Context, filter *runtimeapi.ImageFilter
 		if isHostImage(ref) {
 			return []*runtimeapi.Image{hostImageInfo()}, nil
 		}
-		rec, ok := r.images.get(ref)
+		rec, ok := r.images.Get(ref)
 		if !ok {
 			return nil, nil
 		}
 		return []*runtimeapi.Image{r.criImage(&rec)}, nil
 	}
-	recs := r.images.list()
+	recs := r.images.List()
 	out := make([]*runtimeapi.Image, 0, len(recs)+1)
 	out = append(out, hostImageInfo())
 	for i := range recs {
@@ -40,7 +42,7 @@ func (r *Runtime) ImageStatus(ctx context.Context, image *runtimeapi.ImageSpec, 
 	if isHostImage(ref) {
 		return &runtimeapi.ImageStatusResponse{Image: hostImageInfo()}, nil
 	}
-	rec, ok := r.images.get(ref)
+	rec, ok := r.images.Get(ref)
 	if !ok {
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
@@ -60,9 +62,9 @@ func (r *Runtime) PullImage(ctx context.Context, image *runtimeapi.ImageSpec, au
 	if isHostImage(ref) {
 		return hostImage, nil
 	}
-	rec, err := r.images.pull(ctx, ref, auth, r.keychain, r.clock.Now().UnixNano())
+	rec, err := r.images.Pull(ctx, ref, authenticatorFor(auth), r.keychain, r.clock.Now().UnixNano())
 	if err != nil {
-		return "", err
+		return "", criErr(err)
 	}
 	r.log.Info("image pulled", "image", ref, "id", rec.ID, "size", rec.Size)
 	return rec.ID, nil
@@ -77,12 +79,12 @@ func (r *Runtime) RemoveImage(ctx context.Context, image *runtimeapi.ImageSpec) 
 	if isHostImage(ref) {
 		return errInvalid("remove image: field image %q is the host filesystem and cannot be removed", hostImage)
 	}
-	rec, ok := r.images.get(ref)
+	rec, ok := r.images.Get(ref)
 	if !ok {
 		return nil
 	}
-	if _, err := r.images.remove(rec.ID, r.layersInUse); err != nil {
-		return fmt.Errorf("remove image %q: %w", ref, err)
+	if _, err := r.images.Remove(rec.ID, r.ctrs.LayersInUse); err != nil {
+		return criErr(fmt.Errorf("remove image %q: %w", ref, err))
 	}
 	r.log.Info("image removed", "image", ref, "id", rec.ID, "tags", rec.RepoTags)
 	return nil
@@ -91,10 +93,10 @@ func (r *Runtime) RemoveImage(ctx context.Context, image *runtimeapi.ImageSpec) 
 // ImageFsInfo reports the image store: its bytes and inodes, on the
 // filesystem mounted at Mountpoint.
 func (r *Runtime) ImageFsInfo(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
-	used, inodes := r.images.usage()
+	used, inodes := r.images.Usage()
 	usage := &runtimeapi.FilesystemUsage{
 		Timestamp:  r.clock.Now().UnixNano(),
-		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: r.images.root},
+		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: r.images.Root()},
 		UsedBytes:  &runtimeapi.UInt64Value{Value: used},
 		InodesUsed: &runtimeapi.UInt64Value{Value: inodes},
 	}
@@ -118,107 +120,61 @@ type FsStats struct {
 // which CRI's ImageFsInfo does not carry (image GC and eviction need them).
 func (r *Runtime) ImageFilesystemStats(ctx context.Context) (FsStats, error) {
 	var st unix.Statfs_t
-	if err := unix.Statfs(r.images.root, &st); err != nil {
-		return FsStats{}, errUnavailable("image filesystem stats of %s: %v", r.images.root, err)
+	if err := unix.Statfs(r.images.Root(), &st); err != nil {
+		return FsStats{}, errUnavailable("image filesystem stats of %s: %v", r.images.Root(), err)
 	}
 	bs := uint64(st.Bsize)
 	fs := FsStats{
-		Path:          r.images.root,
+		Path:          r.images.Root(),
 		CapacityBytes: st.Blocks * bs, AvailableBytes: st.Bavail * bs, UsedBytes: (st.Blocks - st.Bfree) * bs,
 		InodesTotal: st.Files, InodesFree: st.Ffree,
 	}
-	fs.ImagesBytes, fs.ImagesInodes = r.images.usage()
+	fs.ImagesBytes, fs.ImagesInodes = r.images.Usage()
 	return fs, nil
 }
 
 // criImage converts a record; pinned images (config PinnedImages) say so.
-func (r *Runtime) criImage(rec *imageRecord) *runtimeapi.Image {
+func (r *Runtime) criImage(rec *imagestore.Record) *runtimeapi.Image {
 	img := &runtimeapi.Image{
 		Id: rec.ID, RepoTags: append([]string(nil), rec.RepoTags...), RepoDigests: append([]string(nil), rec.RepoDigests...),
-		Size: rec.Size, Pinned: r.isPinned(rec),
+		Size: rec.Size, Pinned: r.pinned.Match(rec),
 	}
 	if img.Size == 0 {
 		img.Size = 1 // CRI wants a positive size
 	}
-	if u, err := parseImageUser(rec.Config.User); err == nil && u.uid != nil {
-		img.Uid = &runtimeapi.Int64Value{Value: *u.uid}
+	if uid, ok := spec.ImageUserID(rec.Config.User); ok {
+		img.Uid = &runtimeapi.Int64Value{Value: uid}
 	} else if rec.Config.User != "" {
 		img.Username = rec.Config.User
 	}
 	return img
 }
 
-func (r *Runtime) isPinned(rec *imageRecord) bool {
-	for _, p := range r.pinned {
-		if p == rec.ID || contains(rec.RepoTags, p) || contains(rec.RepoDigests, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// layersInUse are the layers of every container's root filesystem.
-func (r *Runtime) layersInUse() map[string]bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	in := map[string]bool{}
-	for _, layers := range r.preparing {
-		for _, l := range layers {
-			in[l] = true
-		}
-	}
-	for _, c := range r.containers {
-		if c.rec.Rootfs != nil {
-			for _, l := range c.rec.Rootfs.Layers {
-				in[l] = true
-			}
-		}
-	}
-	return in
-}
-
 func hostImageInfo() *runtimeapi.Image {
 	return &runtimeapi.Image{Id: hostImage, RepoTags: []string{hostImage}, Size: 1, Pinned: true} // CRI wants size > 0; the host filesystem is not ours to count
 }
 
-// normalizePinned turns the configured pinned references into the forms
-// records carry (IDs stay as they are).
-func normalizePinned(refs []string) []string {
-	var out []string
-	for _, p := range refs {
-		if isHostImage(p) {
-			continue
-		}
-		if n, err := normalizeRef(p); err == nil {
-			out = append(out, n)
-		}
-		out = append(out, p)
-		if len(p) == 64 && isHex(p) {
-			out = append(out, "sha256:"+p)
-		}
-	}
-	return out
+// LoadedImage is one image an archive held.
+type LoadedImage = imagestore.LoadedImage
+
+// LoadArchive imports every image of a docker-archive (`docker save`) or
+// OCI-layout tarball read from archive. A docker archive's "RepoTags" and
+// an OCI index's image-name annotations become the images' tags.
+func (r *Runtime) LoadArchive(ctx context.Context, archive io.Reader) ([]LoadedImage, error) {
+	imgs, err := r.images.LoadArchive(ctx, archive, r.clock.Now().UnixNano())
+	return imgs, criErr(err)
 }
 
-// probeOverlay reports whether overlayfs mounts work in dir's filesystem.
-func probeOverlay(dir string) bool {
-	tmp, err := os.MkdirTemp(dir, "overlay-probe-")
-	if err != nil {
-		return false
+// authenticatorFor turns the CRI credentials of a pull request into an
+// authenticator, or nil when the request carries none.
+func authenticatorFor(a *runtimeapi.AuthConfig) authn.Authenticator {
+	if a == nil {
+		return nil
 	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	var paths []string
-	for _, d := range []string{"lower", "upper", "work", "merged"} {
-		p := filepath.Join(tmp, d)
-		if err := os.Mkdir(p, 0o700); err != nil {
-			return false
-		}
-		paths = append(paths, p)
+	cfg := authn.AuthConfig{Username: a.GetUsername(), Password: a.GetPassword(), Auth: a.GetAuth(),
+		IdentityToken: a.GetIdentityToken(), RegistryToken: a.GetRegistryToken()}
+	if cfg == (authn.AuthConfig{}) {
+		return nil
 	}
-	opts := "lowerdir=" + paths[0] + ",upperdir=" + paths[1] + ",workdir=" + paths[2]
-	if err := unix.Mount("overlay", paths[3], "overlay", 0, opts); err != nil {
-		return false
-	}
-	_ = unix.Unmount(paths[3], unix.MNT_DETACH)
-	return true
+	return authn.FromConfig(cfg)
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,154 +13,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minilet/minilet/internal/cri/embedded/internal/testlayer"
+
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
-
-// Two layers exercising whiteouts, opaque dirs, links and metadata.
-func unpackTestLayers(tb testing.TB) (base, top []byte) {
-	base = layerTar(tb,
-		dir("etc/", 0o755),
-		file("etc/keep", "keep\n", 0o644),
-		file("etc/gone", "gone\n", 0o644),
-		dir("opq/", 0o755),
-		file("opq/old", "old\n", 0o644),
-		tarEntry{name: "bin/suid", typ: tar.TypeReg, body: "x", mode: 0o4755, uid: 1000, gid: 1001},
-		file("data/a", "shared\n", 0o600),
-		hardlink("data/b", "data/a"),
-		symlink("etc/link", "keep"),
-		symlink("abs", "/etc/keep"),
-	)
-	top = layerTar(tb,
-		file("etc/.wh.gone", "", 0o644),
-		file("opq/.wh..wh..opq", "", 0o644),
-		file("opq/new", "new\n", 0o640),
-		file("etc/keep", "replaced\n", 0o644),
-	)
-	return base, top
-}
-
-// checkMerged asserts the merged view of unpackTestLayers at root.
-func checkMerged(t *testing.T, root string) {
-	t.Helper()
-	read := func(p string) string {
-		b, err := os.ReadFile(filepath.Join(root, p))
-		if err != nil {
-			return "<" + err.Error() + ">"
-		}
-		return string(b)
-	}
-	if got := read("etc/keep"); got != "replaced\n" {
-		t.Errorf("etc/keep = %q, want the upper layer's", got)
-	}
-	if _, err := os.Lstat(filepath.Join(root, "etc/gone")); !os.IsNotExist(err) {
-		t.Errorf("etc/gone: whiteout did not delete it (err %v)", err)
-	}
-	if _, err := os.Lstat(filepath.Join(root, "opq/old")); !os.IsNotExist(err) {
-		t.Errorf("opq/old: opaque dir did not hide it (err %v)", err)
-	}
-	if got := read("opq/new"); got != "new\n" {
-		t.Errorf("opq/new = %q", got)
-	}
-	if l, err := os.Readlink(filepath.Join(root, "etc/link")); err != nil || l != "keep" {
-		t.Errorf("etc/link -> %q, %v; want keep", l, err)
-	}
-	if l, err := os.Readlink(filepath.Join(root, "abs")); err != nil || l != "/etc/keep" {
-		t.Errorf("abs -> %q, %v; want /etc/keep", l, err)
-	}
-	var a, b, s unix.Stat_t
-	if err := unix.Stat(filepath.Join(root, "data/a"), &a); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Stat(filepath.Join(root, "data/b"), &b); err != nil {
-		t.Fatal(err)
-	}
-	if a.Ino != b.Ino || a.Nlink != 2 {
-		t.Errorf("data/a and data/b are not one hard-linked file (inodes %d %d, nlink %d)", a.Ino, b.Ino, a.Nlink)
-	}
-	if a.Mode&0o7777 != 0o600 {
-		t.Errorf("data/a mode %o, want 600", a.Mode&0o7777)
-	}
-	if err := unix.Stat(filepath.Join(root, "bin/suid"), &s); err != nil {
-		t.Fatal(err)
-	}
-	if s.Mode&0o7777 != 0o4755 || s.Uid != 1000 || s.Gid != 1001 {
-		t.Errorf("bin/suid mode %o owner %d:%d, want 4755 1000:1001", s.Mode&0o7777, s.Uid, s.Gid)
-	}
-}
-
-func TestUnpackLayersMergedView(t *testing.T) {
-	requireRoot(t)
-	base, top := unpackTestLayers(t)
-	tmp := t.TempDir()
-	var dirs []string
-	for i, l := range [][]byte{base, top} {
-		d := filepath.Join(tmp, "layer"+string(rune('0'+i)))
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := unpackLayer(d, bytes.NewReader(l)); err != nil {
-			t.Fatalf("unpack layer %d: %v", i, err)
-		}
-		dirs = append(dirs, d)
-	}
-	t.Run("copy", func(t *testing.T) {
-		dst := filepath.Join(tmp, "copy")
-		if err := flattenLayers(dirs, dst); err != nil {
-			t.Fatal(err)
-		}
-		checkMerged(t, dst)
-	})
-	t.Run("overlay", func(t *testing.T) {
-		if !probeOverlay(tmp) {
-			t.Skip("overlayfs cannot be mounted here")
-		}
-		m, u, w := filepath.Join(tmp, "m"), filepath.Join(tmp, "u"), filepath.Join(tmp, "w")
-		for _, d := range []string{m, u, w} {
-			if err := os.Mkdir(d, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := unix.Mount("overlay", m, "overlay", 0, "lowerdir="+dirs[1]+":"+dirs[0]+",upperdir="+u+",workdir="+w); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = unix.Unmount(m, unix.MNT_DETACH) }()
-		checkMerged(t, m)
-	})
-}
-
-func TestUnpackRefusesToEscape(t *testing.T) {
-	requireRoot(t)
-	outside := t.TempDir()
-	for name, l := range map[string][]byte{
-		"through symlink": layerTar(t, symlink("evil", outside), file("evil/pwned", "x", 0o644)),
-		"hard link out":   layerTar(t, hardlink("h", "../../../../etc/passwd")),
-	} {
-		t.Run(name, func(t *testing.T) {
-			d := t.TempDir()
-			if _, err := unpackLayer(d, bytes.NewReader(l)); err == nil {
-				t.Fatal("unpack succeeded")
-			}
-			if _, err := os.Stat(filepath.Join(outside, "pwned")); err == nil {
-				t.Fatal("the layer wrote outside its directory")
-			}
-		})
-	}
-	// ".." in names is cleaned to stay inside.
-	d := t.TempDir()
-	if _, err := unpackLayer(d, bytes.NewReader(layerTar(t, file("../../x", "x", 0o644)))); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(d, "x")); err != nil {
-		t.Fatalf("../../x not unpacked as /x: %v", err)
-	}
-}
 
 func imageStatus(t *testing.T, r *Runtime, ref string) *runtimeapi.Image {
 	t.Helper()
@@ -175,7 +36,7 @@ func imageStatus(t *testing.T, r *Runtime, ref string) *runtimeapi.Image {
 func TestPullByTagAndDigestThenRemove(t *testing.T) {
 	requireRoot(t)
 	reg := testRegistry(t)
-	base, top := unpackTestLayers(t)
+	base, top := testlayer.Stack(t)
 	img := testImage(t, v1.Config{Cmd: []string{"/bin/true"}}, base, top)
 	dig := push(t, reg+"/test/app:v1", img)
 	id := configDigest(t, img)
@@ -234,7 +95,7 @@ func TestPullByTagAndDigestThenRemove(t *testing.T) {
 	if err := r.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: id}); err != nil {
 		t.Fatalf("RemoveImage of a removed image: %v", err)
 	}
-	entries, _ := os.ReadDir(r.images.layerDir())
+	entries, _ := os.ReadDir(filepath.Join(r.images.Root(), "layers"))
 	if len(entries) != 0 {
 		t.Fatalf("layers left after RemoveImage: %v", entries)
 	}
@@ -250,30 +111,13 @@ func TestPullByTagAndDigestThenRemove(t *testing.T) {
 	}
 }
 
-func TestLayerDigestMismatchIsRefused(t *testing.T) {
-	requireRoot(t)
-	r := newTestRuntime(t, t.TempDir())
-	l := layerTar(t, file("f", "x", 0o644))
-	wrong := "sha256:" + strings.Repeat("0", 64)
-	_, err := r.images.addLayer(wrong, func() (readCloser, error) { return io.NopCloser(bytes.NewReader(l)), nil })
-	if err == nil || !strings.Contains(err.Error(), "does not match") {
-		t.Fatalf("addLayer with a wrong diffID = %v", err)
-	}
-	if entries, _ := os.ReadDir(r.images.layerDir()); len(entries) != 0 {
-		t.Fatalf("a layer with the wrong digest was kept: %v", entries)
-	}
-	if entries, _ := os.ReadDir(r.images.tmpDir()); len(entries) != 0 {
-		t.Fatalf("temporary files left: %v", entries)
-	}
-}
-
 // An image repeating a layer (as empty layers often are) runs.
 func TestImageWithRepeatedLayer(t *testing.T) {
 	requireRoot(t)
 	r := newTestRuntime(t, t.TempDir())
 	bin := probeBinary(t)
-	empty := layerTar(t)
-	img := testImage(t, v1.Config{Entrypoint: []string{"/probe", "echo", "ok"}}, empty, layerTar(t, tarEntry{name: "probe", body: string(bin), mode: 0o755}), empty)
+	empty := testlayer.Tar(t)
+	img := testImage(t, v1.Config{Entrypoint: []string{"/probe", "echo", "ok"}}, empty, testlayer.Tar(t, testlayer.Entry{Name: "probe", Body: string(bin), Mode: 0o755}), empty)
 	tag, _ := name.NewTag("example.com/repeat:1")
 	var buf bytes.Buffer
 	if err := tarball.Write(tag, img, &buf); err != nil {
@@ -302,7 +146,7 @@ func TestPullCredentials(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	reg := strings.TrimPrefix(srv.URL, "http://")
-	img := testImage(t, v1.Config{}, layerTar(t, file("f", "x", 0o644)))
+	img := testImage(t, v1.Config{}, testlayer.Tar(t, testlayer.File("f", "x", 0o644)))
 	ref, err := name.ParseReference(reg+"/secure/app:v1", name.Insecure)
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +185,7 @@ func TestPullCredentials(t *testing.T) {
 
 func TestLoadArchives(t *testing.T) {
 	requireRoot(t)
-	img := testImage(t, v1.Config{Entrypoint: []string{"/x"}}, layerTar(t, file("x", "x", 0o755)))
+	img := testImage(t, v1.Config{Entrypoint: []string{"/x"}}, testlayer.Tar(t, testlayer.File("x", "x", 0o755)))
 	id := configDigest(t, img)
 	ctx := context.Background()
 
@@ -373,7 +217,7 @@ func TestLoadArchives(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{annotationRefName: "busybox:1.36"})); err != nil {
+		if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": "busybox:1.36"})); err != nil {
 			t.Fatal(err)
 		}
 		loaded, err := r.LoadArchive(ctx, bytes.NewReader(tarDir(t, dir)))
@@ -390,7 +234,7 @@ func TestLoadArchives(t *testing.T) {
 	t.Run("symlink escape", func(t *testing.T) {
 		r := newTestRuntime(t, t.TempDir())
 		outside := t.TempDir()
-		evil := layerTar(t, symlink("a", outside), file("a/manifest.json", "[]", 0o644))
+		evil := testlayer.Tar(t, testlayer.Symlink("a", outside), testlayer.File("a/manifest.json", "[]", 0o644))
 		if _, err := r.LoadArchive(ctx, bytes.NewReader(evil)); err == nil {
 			t.Fatal("an archive writing through its own symlink was loaded")
 		}
@@ -409,8 +253,8 @@ func TestLoadArchives(t *testing.T) {
 func TestImageStoreSurvivesRestartAndQuarantinesCorruptRecords(t *testing.T) {
 	requireRoot(t)
 	reg := testRegistry(t)
-	imgA := testImage(t, v1.Config{}, layerTar(t, file("a", "a", 0o644)))
-	imgB := testImage(t, v1.Config{}, layerTar(t, file("b", "b", 0o644)))
+	imgA := testImage(t, v1.Config{}, testlayer.Tar(t, testlayer.File("a", "a", 0o644)))
+	imgB := testImage(t, v1.Config{}, testlayer.Tar(t, testlayer.File("b", "b", 0o644)))
 	push(t, reg+"/r/a:1", imgA)
 	push(t, reg+"/r/b:1", imgB)
 	root := t.TempDir()
@@ -423,7 +267,7 @@ func TestImageStoreSurvivesRestartAndQuarantinesCorruptRecords(t *testing.T) {
 	}
 	_ = r.Close(ctx)
 	idB := configDigest(t, imgB)
-	if err := os.WriteFile(r.images.metaPath(idB), []byte("{torn"), 0o600); err != nil {
+	if err := os.WriteFile(imageMetaPath(r, idB), []byte("{torn"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r2 := newTestRuntime(t, root)
@@ -433,7 +277,7 @@ func TestImageStoreSurvivesRestartAndQuarantinesCorruptRecords(t *testing.T) {
 	if st := imageStatus(t, r2, idB); st != nil {
 		t.Fatalf("corrupt image b still listed: %v", st)
 	}
-	matches, _ := filepath.Glob(r2.images.metaPath(idB) + ".corrupt-*")
+	matches, _ := filepath.Glob(imageMetaPath(r2, idB) + ".corrupt-*")
 	if len(matches) != 1 {
 		t.Fatalf("corrupt record not moved aside: %v", matches)
 	}
@@ -451,39 +295,9 @@ func TestImageStoreSurvivesRestartAndQuarantinesCorruptRecords(t *testing.T) {
 	}
 }
 
-func TestImageContainerOverrideRules(t *testing.T) {
-	img := &imageRecord{ID: "sha256:x", Config: imageConfig{Entrypoint: []string{"/ep"}, Cmd: []string{"c1"}, Env: []string{"A=img", "B=img"}, WorkingDir: "/w", User: "app:staff"}}
-	r := &Runtime{}
-	for _, tc := range []struct {
-		name      string
-		cmd, args []string
-		want      string
-	}{
-		{"image defaults", nil, nil, "/ep c1"},
-		{"args replace Cmd", nil, []string{"a1"}, "/ep a1"},
-		{"command drops Cmd", []string{"/c"}, nil, "/c"},
-		{"command and args", []string{"/c"}, []string{"a1", "a2"}, "/c a1 a2"},
-	} {
-		args, env, wd, rf, err := r.imageContainer(img, &runtimeapi.ContainerConfig{Command: tc.cmd, Args: tc.args,
-			Envs: []*runtimeapi.KeyValue{{Key: "B", Value: []byte("pod")}}})
-		if err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		if got := strings.Join(args, " "); got != tc.want {
-			t.Errorf("%s: argv %q, want %q", tc.name, got, tc.want)
-		}
-		if env[0] != "A=img" || env[1] != "B=pod" || wd != "/w" || rf.User.Name != "app" || rf.User.Group != "staff" {
-			t.Errorf("%s: env %v wd %s user %+v", tc.name, env, wd, rf.User)
-		}
-	}
-	_, _, _, rf, err := r.imageContainer(img, &runtimeapi.ContainerConfig{Linux: &runtimeapi.LinuxContainerConfig{
-		SecurityContext: &runtimeapi.LinuxContainerSecurityContext{RunAsUser: &runtimeapi.Int64Value{Value: 42}}}})
-	if err != nil || rf.User.UID == nil || *rf.User.UID != 42 || rf.User.Name != "" {
-		t.Fatalf("runAsUser did not win: %+v, %v", rf, err)
-	}
-	if _, _, _, _, err := r.imageContainer(&imageRecord{ID: "sha256:y"}, &runtimeapi.ContainerConfig{}); err == nil {
-		t.Fatal("no command anywhere was accepted")
-	}
+// imageMetaPath is where the store keeps the record of image id.
+func imageMetaPath(r *Runtime, id string) string {
+	return filepath.Join(r.images.Root(), "meta", strings.TrimPrefix(id, "sha256:")+".json")
 }
 
 // tarDir archives dir's regular files and directories.

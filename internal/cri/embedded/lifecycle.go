@@ -2,256 +2,134 @@ package embedded
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"maps"
+	"sort"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
-
-// Timeouts of the runtime's own waits.
-const (
-	monitorStartTimeout = 60 * time.Second // the monitor reports the container started
-	killTimeout         = 30 * time.Second // a SIGKILLed container is reported exited
-	logWaitTimeout      = 10 * time.Second // a reopened log file appears
-)
-
-// sigReopen asks a monitor to reopen the container's log file.
-const sigReopen = syscall.SIGUSR1
 
 // StartContainer creates the container's cgroup, applies its limits and
 // launches its monitor, returning once the container process runs (or
 // failed to start, which is an error and leaves the container EXITED with
 // reason StartError).
 func (r *Runtime) StartContainer(ctx context.Context, containerID string) error {
-	r.mu.Lock()
-	c, ok := r.containers[containerID]
-	if !ok {
-		r.mu.Unlock()
-		return errNotFound("container %q", containerID)
-	}
-	if c.starting || c.start != nil || c.exit != nil {
-		r.mu.Unlock()
-		return errConflict("start container %s: it is not in the created state", containerID)
-	}
-	c.starting = true
-	rec := c.rec
-	r.mu.Unlock()
-
-	launched, err := r.launch(c, &rec)
-	if !launched {
-		r.mu.Lock()
-		c.starting = false
-		r.mu.Unlock()
-		return fmt.Errorf("start container %s (%s): %w", containerID, rec.Name, err)
-	}
-	start := r.loadStart(c.dir)
-	if start == nil {
-		// The monitor died before reporting; the watcher will not see it, so
-		// record the failure here.
-		msg := "the container's monitor exited before starting it"
-		if err != nil {
-			msg += ": " + err.Error()
-		}
-		start = &startRecord{StartedAt: time.Now().UnixNano(), Error: msg}
-		_ = writeJSONAtomic(filepath.Join(c.dir, fileStart), start)
-		x := &exitRecord{ExitCode: 128, FinishedAt: start.StartedAt, Reason: reasonStartError, Message: msg}
-		_ = writeJSONAtomic(filepath.Join(c.dir, fileExit), x)
-	}
-	r.mu.Lock()
-	c.start = start
-	r.mu.Unlock()
-	// The monitor may have ended before start was set, when the watcher
-	// still ignored the container: look again.
-	r.kickWatcher()
-	if start.Error != "" {
-		x := r.loadExit(c.dir)
-		if x == nil {
-			x = &exitRecord{ExitCode: 128, FinishedAt: start.StartedAt, Reason: reasonStartError, Message: start.Error}
-		}
-		r.setExit(c, x)
-		return fmt.Errorf("start container %s (%s): %s", containerID, rec.Name, start.Error)
-	}
-	r.log.Info("container started", "container", containerID, "name", rec.Name, "pid", start.Pid, "monitorPid", start.MonitorPid)
-	r.signalChange()
-	return nil
+	return criErr(r.ctrs.Start(containerID))
 }
 
-// launch prepares the cgroup and spec and starts the monitor. It reports
-// whether a monitor was started (after which its records are authoritative)
-// and waits until the monitor reported back or exited.
-func (r *Runtime) launch(c *container, rec *containerRecord) (bool, error) {
-	dir := c.dir
-	if rec.LogFile != "" {
-		if err := os.MkdirAll(filepath.Dir(rec.LogFile), 0o755); err != nil {
-			return false, fmt.Errorf("create log directory: %w", err)
-		}
-	}
-	if err := r.cg.create(rec.CgroupPath); err != nil {
-		return false, err
-	}
-	if err := r.cg.apply(rec.CgroupPath, rec.Resources); err != nil {
-		_ = r.cg.remove(rec.CgroupPath)
-		return false, errInvalid("field linux.resources: %v", err)
-	}
-	spec := monitorSpec{
-		Args: rec.Args, Env: rec.Env, WorkingDir: rec.WorkingDir, LogPath: rec.LogFile,
-		CgroupDirs: r.cg.containerDirs(rec.CgroupPath), MemoryDir: r.cg.dir("memory", rec.CgroupPath), CgroupV2: r.cg.v2,
-	}
-	if rec.Rootfs != nil {
-		spec.Rootfs = r.rootfsSpecFor(dir, rec.Rootfs)
-	}
-	if rec.Resources != nil && rec.Resources.OOMScoreAdj != nil {
-		spec.OOMScoreAdj = rec.Resources.OOMScoreAdj
-		if *spec.OOMScoreAdj < 0 {
-			r.oomAdjWarning.Do(func() {
-				r.log.Warn("negative oom_score_adj needs CAP_SYS_RESOURCE; it may not be applied", "container", rec.ID, "oomScoreAdj", *spec.OOMScoreAdj)
-			})
-		}
-	}
-	if err := writeJSONVolatile(filepath.Join(dir, fileSpec), spec); err != nil {
-		return false, err
-	}
-	monLog, err := os.OpenFile(filepath.Join(dir, fileMonLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = monLog.Close() }()
-	started, notify, err := os.Pipe()
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = started.Close() }()
-	cmd := &exec.Cmd{
-		Path:        r.monitor,
-		Args:        []string{monitorArg0, shortID(rec.ID)},
-		Env:         []string{monitorEnv + "=" + dir},
-		Stdout:      monLog,
-		Stderr:      monLog,
-		ExtraFiles:  []*os.File{notify},
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-	}
-	err = cmd.Start()
-	_ = notify.Close()
-	if err != nil {
-		return false, fmt.Errorf("launch monitor: %w", err)
-	}
-	// Reap our child whenever it ends, even after Close; the kick makes the
-	// watcher look at the container, which it does not poll.
-	r.mu.Lock()
-	c.child = true
-	r.mu.Unlock()
-	go func() {
-		_ = cmd.Wait()
-		r.mu.Lock()
-		c.monitorDone = true
-		r.mu.Unlock()
-		r.kickWatcher()
-	}()
-	_ = started.SetReadDeadline(time.Now().Add(monitorStartTimeout))
-	var b [1]byte
-	if _, err := started.Read(b[:]); err != nil {
-		return true, fmt.Errorf("waiting for the monitor: %w", err)
-	}
-	return true, nil
-}
-
-// StopContainer sends SIGTERM to the container's process group, SIGKILL
-// after timeout seconds, and returns once the exit is recorded. Stopping a
-// container that is not running is a no-op.
+// StopContainer sends the container's stop signal (the image's, default
+// SIGTERM) to its process group, SIGKILL after timeout seconds, and returns
+// once the exit is recorded. Stopping a container that is not running is a
+// no-op.
 func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout int64) error {
-	r.mu.Lock()
-	c, ok := r.containers[containerID]
-	if !ok {
-		r.mu.Unlock()
-		return errNotFound("container %q", containerID)
-	}
-	start, exited, done, stopSignal := c.start, c.exited, c.exit != nil, c.rec.StopSignal
-	r.mu.Unlock()
-	if start == nil || done || start.Error != "" {
+	return criErr(r.ctrs.Stop(ctx, containerID, timeout))
+}
+
+// RemoveContainer kills the container if it still runs and deletes it, its
+// cgroup and its state (not its log, which the kubelet manages). Removing an
+// unknown container is not an error (CRI: the call is idempotent).
+func (r *Runtime) RemoveContainer(ctx context.Context, containerID string) error {
+	c, err := r.ctrs.Get(containerID)
+	if err != nil {
 		return nil
 	}
-	if timeout > 0 {
-		signalGroup(start.Pid, parseStopSignal(stopSignal))
-		t := time.NewTimer(time.Duration(timeout) * time.Second)
-		select {
-		case <-exited:
-			t.Stop()
-			return nil
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
+	if err := r.ctrs.Remove(ctx, containerID); err != nil {
+		return criErr(err)
 	}
-	signalGroup(start.Pid, syscall.SIGKILL)
-	r.cg.killAll(c.rec.CgroupPath)
-	r.kickWatcher()
-	t := time.NewTimer(killTimeout)
-	defer t.Stop()
-	select {
-	case <-exited:
-		return nil
-	case <-t.C:
-		return errUnavailable("stop container %s: no exit recorded %s after SIGKILL", containerID, killTimeout)
-	}
-}
-
-// parseStopSignal reads an image's StopSignal ("SIGQUIT", "QUIT" or "3");
-// anything else is SIGTERM.
-func parseStopSignal(s string) syscall.Signal {
-	if s == "" {
-		return syscall.SIGTERM
-	}
-	if n, err := strconv.Atoi(s); err == nil && n > 0 && n < 65 {
-		return syscall.Signal(n)
-	}
-	if s = strings.ToUpper(s); !strings.HasPrefix(s, "SIG") {
-		s = "SIG" + s
-	}
-	if sig := unix.SignalNum(s); sig != 0 {
-		return sig
-	}
-	return syscall.SIGTERM
-}
-
-// signalGroup signals the container's process group, or the process alone if
-// it left its group.
-func signalGroup(pid int, sig syscall.Signal) {
-	if pid <= 0 {
-		return
-	}
-	if err := syscall.Kill(-pid, sig); errors.Is(err, syscall.ESRCH) {
-		_ = syscall.Kill(pid, sig)
-	}
-}
-
-func signalProcess(pid int, sig syscall.Signal) error {
-	if err := syscall.Kill(pid, sig); err != nil {
-		return fmt.Errorf("signal %d: %w", pid, err)
-	}
-	return nil
-}
-
-// pollUntil checks cond every 10ms until it holds, ctx ends or timeout passes.
-func pollUntil(ctx context.Context, timeout time.Duration, cond func() bool) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return context.DeadlineExceeded
-		case <-tick.C:
+	if c.Rootfs != nil {
+		// Layers of an image removed while this container used them.
+		if err := r.images.PruneLayers(r.ctrs.LayersInUse); err != nil {
+			r.log.Warn("cannot prune unused image layers", "err", err)
 		}
 	}
 	return nil
+}
+
+// UpdateContainerResources records new limits and writes them into the
+// container's cgroup if it runs.
+func (r *Runtime) UpdateContainerResources(ctx context.Context, containerID string, res *runtimeapi.ContainerResources) error {
+	return criErr(r.ctrs.UpdateResources(containerID, fromCRIResources(res.GetLinux())))
+}
+
+// ReopenContainerLog makes the monitor reopen the container's log file (after
+// the kubelet rotated it) and returns once the new file exists.
+func (r *Runtime) ReopenContainerLog(ctx context.Context, containerID string) error {
+	return criErr(r.ctrs.ReopenLog(ctx, containerID))
+}
+
+// ExecSync runs cmd in the container's environment (its env, working
+// directory and cgroups) and returns its output. A non-zero exit is returned
+// as a k8s.io/utils/exec.CodeExitError (as the kubelet's CRI client does);
+// a timeout as an error wrapping context.DeadlineExceeded; a command that
+// cannot be run (missing binary) as an error classified NotFound.
+func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, []byte, error) {
+	stdout, stderr, err := r.ctrs.Exec(ctx, containerID, cmd, timeout)
+	return stdout, stderr, criErr(err)
+}
+
+// ListContainers lists containers matching filter (id, state, sandbox id,
+// labels), oldest first.
+func (r *Runtime) ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	var out []*runtimeapi.Container
+	for _, c := range r.ctrs.List() {
+		st := criState(&c)
+		if filter != nil {
+			if filter.GetId() != "" && !matchID(c.ID, filter.GetId()) {
+				continue
+			}
+			if filter.GetPodSandboxId() != "" && !matchID(c.SandboxID, filter.GetPodSandboxId()) {
+				continue
+			}
+			if filter.GetState() != nil && filter.GetState().GetState() != st {
+				continue
+			}
+			if !matchLabels(c.Labels, filter.GetLabelSelector()) {
+				continue
+			}
+		}
+		out = append(out, &runtimeapi.Container{
+			Id: c.ID, PodSandboxId: c.SandboxID,
+			Metadata: &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: c.Attempt},
+			Image:    &runtimeapi.ImageSpec{Image: c.Image}, ImageRef: c.ImageRef(), ImageId: c.ImageRef(),
+			State: st, CreatedAt: c.CreatedAt,
+			Labels: maps.Clone(c.Labels), Annotations: maps.Clone(c.Annotations),
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt < out[j].CreatedAt })
+	return out, nil
+}
+
+// ContainerStatus reports a container, including its exit code and reason
+// ("Completed", "Error", "OOMKilled", "StartError") once it has exited.
+func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error) {
+	c, err := r.ctrs.Get(containerID)
+	if err != nil {
+		return nil, criErr(err)
+	}
+	st := &runtimeapi.ContainerStatus{
+		Id:       c.ID,
+		Metadata: &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: c.Attempt},
+		State:    criState(&c), CreatedAt: c.CreatedAt,
+		Image: &runtimeapi.ImageSpec{Image: c.Image}, ImageRef: c.ImageRef(), ImageId: c.ImageRef(),
+		Labels: maps.Clone(c.Labels), Annotations: maps.Clone(c.Annotations),
+		LogPath: c.LogFile, Resources: toCRIResources(c.Resources),
+	}
+	if c.Start != nil {
+		st.StartedAt = c.Start.StartedAt
+	}
+	if c.Exit != nil {
+		st.FinishedAt = c.Exit.FinishedAt
+		st.ExitCode = c.Exit.ExitCode
+		st.Reason = c.Exit.Reason
+		st.Message = c.Exit.Message
+		if c.Start == nil || c.Start.Error != "" {
+			st.StartedAt = 0
+		}
+	}
+	resp := &runtimeapi.ContainerStatusResponse{Status: st}
+	if verbose && c.Start != nil {
+		resp.Info = map[string]string{"pid": strconv.Itoa(c.Start.Pid), "monitorPid": strconv.Itoa(c.Start.MonitorPid), "cgroup": c.CgroupPath}
+	}
+	return resp, nil
 }

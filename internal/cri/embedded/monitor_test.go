@@ -12,9 +12,8 @@ import (
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/minilet/minilet/internal/cri/embedded/monitorproc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/minilet/minilet/internal/errdefs"
 )
 
 var (
@@ -69,7 +68,7 @@ func TestSmallMonitorRunsContainers(t *testing.T) {
 	sb, _ := testSandbox(t, r)
 
 	st, lines := runToExit(t, r, sb, hostContainer("exit3", "/bin/sh", "-c", "echo out; echo err >&2; exit 3"))
-	if st.ExitCode != 3 || st.Reason != reasonError {
+	if st.ExitCode != 3 || st.Reason != monitorproc.ReasonError {
 		t.Errorf("exit code %d reason %q, want 3 Error", st.ExitCode, st.Reason)
 	}
 	if strings.Join(lines, "|") != "stdout out|stderr err" && strings.Join(lines, "|") != "stderr err|stdout out" {
@@ -77,20 +76,18 @@ func TestSmallMonitorRunsContainers(t *testing.T) {
 	}
 
 	id := startContainer(t, r, sb, hostContainer("sleep", "sleep", "1000"))
-	c, err := r.getContainer(id)
+	c, err := r.ctrs.Get(id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.mu.Lock()
-	mon := c.start.MonitorPid
-	r.mu.Unlock()
+	mon := c.Start.MonitorPid
 	exe, err := os.Readlink("/proc/" + strconv.Itoa(mon) + "/exe")
 	if err != nil || exe != bin {
 		t.Errorf("monitor executable %q (%v), want %q", exe, err, bin)
 	}
 	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(mon) + "/cmdline")
-	if arg0, _, _ := strings.Cut(string(cmdline), "\x00"); arg0 != monitorArg0 {
-		t.Errorf("monitor argv[0] %q, want %q", arg0, monitorArg0)
+	if arg0, _, _ := strings.Cut(string(cmdline), "\x00"); arg0 != monitorproc.MonitorArg0 {
+		t.Errorf("monitor argv[0] %q, want %q", arg0, monitorproc.MonitorArg0)
 	}
 	if err := r.StopContainer(context.Background(), id, 10); err != nil {
 		t.Fatalf("StopContainer: %v", err)
@@ -120,35 +117,4 @@ func TestAdoptAcrossMonitorBinaries(t *testing.T) {
 	bin := smallMonitor(t)
 	t.Run("small monitor, re-exec adopter", func(t *testing.T) { testAdopt(t, bin, "") })
 	t.Run("re-exec monitor, small adopter", func(t *testing.T) { testAdopt(t, "", bin) })
-}
-
-func TestMonitorExecutableChoice(t *testing.T) {
-	dir := t.TempDir()
-	self := filepath.Join(dir, "minilet")
-	if got, err := monitorExecutable("", self); err != nil || got != selfExe {
-		t.Errorf("without a monitor binary: %q, %v; want %q", got, err, selfExe)
-	}
-	sibling := filepath.Join(dir, MonitorBinaryName)
-	if err := os.WriteFile(sibling, []byte("#!/bin/sh\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := monitorExecutable("", self); got != selfExe {
-		t.Errorf("with a non-executable monitor file: %q, want %q", got, selfExe)
-	}
-	if err := os.Chmod(sibling, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := monitorExecutable("", self); err != nil || got != sibling {
-		t.Errorf("with a monitor binary next to the agent: %q, %v; want %q", got, err, sibling)
-	}
-	other := filepath.Join(t.TempDir(), "mon")
-	if _, err := monitorExecutable(other, self); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "MonitorPath") {
-		t.Errorf("missing configured monitor: err %v, want an invalid-argument error naming MonitorPath", err)
-	}
-	if err := os.WriteFile(other, nil, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := monitorExecutable(other, self); err != nil || got != other {
-		t.Errorf("configured monitor: %q, %v; want %q", got, err, other)
-	}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minilet/minilet/internal/cm/cgroups"
+	"github.com/minilet/minilet/internal/cri/embedded/monitorproc"
 	"github.com/minilet/minilet/internal/errdefs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -39,11 +41,17 @@ func testSandbox(tb testing.TB, r *Runtime) (string, *runtimeapi.PodSandboxConfi
 		if err := r.RemovePodSandbox(context.Background(), id); err != nil {
 			tb.Errorf("RemovePodSandbox: %v", err)
 		}
-		for _, d := range r.cg.dirs(parent) {
-			_ = os.Remove(d)
-		}
+		removeCgroupDirs(r, parent)
 	})
 	return id, cfg
+}
+
+// removeCgroupDirs removes a test's cgroup parent, empty by now.
+func removeCgroupDirs(r *Runtime, parent string) {
+	n, _ := cgroups.ParseCgroupfs(parent)
+	for _, d := range r.cg.Dirs(n) {
+		_ = os.Remove(d.Path)
+	}
 }
 
 func hostContainer(name string, cmd ...string) *runtimeapi.ContainerConfig {
@@ -133,7 +141,7 @@ func TestStartErrorForMissingBinary(t *testing.T) {
 		t.Errorf("StartContainer of a missing binary: err = %v, want an error naming it", err)
 	}
 	st := containerState(t, r, id)
-	if st.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED || st.GetReason() != reasonStartError || st.GetExitCode() != 128 {
+	if st.GetState() != runtimeapi.ContainerState_CONTAINER_EXITED || st.GetReason() != monitorproc.ReasonStartError || st.GetExitCode() != 128 {
 		t.Errorf("status = %v %q %d, want EXITED StartError 128", st.GetState(), st.GetReason(), st.GetExitCode())
 	}
 }
@@ -179,9 +187,11 @@ func TestExecRunsInContainerCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ExecSync: %v", err)
 	}
-	r.mu.Lock()
-	want := r.containers[id].rec.CgroupPath
-	r.mu.Unlock()
+	c, err := r.ctrs.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := c.CgroupPath
 	for _, ctl := range []string{"memory", "cpu", "pids"} {
 		found := false
 		for _, line := range strings.Split(string(out), "\n") {
@@ -235,10 +245,16 @@ func TestRemoveDeletesCgroupAndReapsMonitor(t *testing.T) {
 	r := newTestRuntime(t, t.TempDir())
 	sb, _ := testSandbox(t, r)
 	id := startContainer(t, r, sb, hostContainer("c", "/bin/sh", "-c", "sleep 1000 & sleep 1000"))
-	r.mu.Lock()
-	rel, start := r.containers[id].rec.CgroupPath, *r.containers[id].start
-	r.mu.Unlock()
-	memDir := r.cg.dir("memory", rel)
+	c, err := r.ctrs.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := *c.Start
+	n, err := cgroups.ParseCgroupfs(c.CgroupPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memDir := r.cg.Dir("memory", n)
 	if _, err := os.Stat(memDir); err != nil {
 		t.Fatalf("container cgroup missing while running: %v", err)
 	}
@@ -250,7 +266,7 @@ func TestRemoveDeletesCgroupAndReapsMonitor(t *testing.T) {
 	}
 	// Gone entirely, not a zombie (or its pid already reused).
 	waitUntil(t, "the monitor to be reaped", func() bool {
-		ticks, _ := procStartTicks(start.MonitorPid)
+		ticks, _ := monitorproc.ProcStartTicks(start.MonitorPid)
 		return ticks != start.MonitorTicks
 	})
 }
@@ -303,10 +319,10 @@ func TestCorruptStateIsMovedAside(t *testing.T) {
 	if err := os.MkdirAll(badCtr, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(badCtr, fileContainer), []byte("\x00\x01"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(badCtr, "container.json"), []byte("\x00\x01"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "runtime", "containers", id, fileExit), []byte("[["), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "runtime", "containers", id, monitorproc.FileExit), []byte("[["), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -321,7 +337,7 @@ func TestCorruptStateIsMovedAside(t *testing.T) {
 	if m, _ := filepath.Glob(bad + ".corrupt-*"); len(m) != 1 {
 		t.Errorf("corrupt sandbox file not kept aside: %v", m)
 	}
-	if m, _ := filepath.Glob(filepath.Join(badCtr, fileContainer+".corrupt-*")); len(m) != 1 {
+	if m, _ := filepath.Glob(filepath.Join(badCtr, "container.json"+".corrupt-*")); len(m) != 1 {
 		t.Errorf("corrupt container file not kept aside: %v", m)
 	}
 	// The container whose exit record was lost is reported exited, not running forever.

@@ -2,75 +2,64 @@ package embedded
 
 import (
 	"context"
+	"maps"
 
+	"github.com/minilet/minilet/internal/cm/cgroups"
+	"github.com/minilet/minilet/internal/cri/embedded/supervisor"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // ContainerStats reads a container's CPU and memory use from its cgroup.
 func (r *Runtime) ContainerStats(ctx context.Context, containerID string) (*runtimeapi.ContainerStats, error) {
-	r.mu.Lock()
-	c, ok := r.containers[containerID]
-	if !ok {
-		r.mu.Unlock()
-		return nil, errNotFound("container %q", containerID)
+	c, st, err := r.ctrs.Stats(containerID)
+	if err != nil {
+		return nil, criErr(err)
 	}
-	rec := c.rec
-	r.mu.Unlock()
-	return r.statsOf(&rec)
+	return r.criStats(&c, st), nil
 }
 
 // ListContainerStats returns the stats of running containers matching filter.
 func (r *Runtime) ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error) {
-	r.mu.Lock()
-	var recs []containerRecord
-	for _, c := range r.containers {
-		if c.state() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+	var out []*runtimeapi.ContainerStats
+	for _, c := range r.ctrs.List() {
+		if c.State() != supervisor.Running {
 			continue
 		}
 		if filter != nil {
-			if filter.GetId() != "" && !matchID(c.rec.ID, filter.GetId()) {
+			if filter.GetId() != "" && !matchID(c.ID, filter.GetId()) {
 				continue
 			}
-			if filter.GetPodSandboxId() != "" && !matchID(c.rec.SandboxID, filter.GetPodSandboxId()) {
+			if filter.GetPodSandboxId() != "" && !matchID(c.SandboxID, filter.GetPodSandboxId()) {
 				continue
 			}
-			if !matchLabels(c.rec.Labels, filter.GetLabelSelector()) {
+			if !matchLabels(c.Labels, filter.GetLabelSelector()) {
 				continue
 			}
 		}
-		recs = append(recs, c.rec)
-	}
-	r.mu.Unlock()
-	var out []*runtimeapi.ContainerStats
-	for i := range recs {
-		s, err := r.statsOf(&recs[i])
+		c, st, err := r.ctrs.Stats(c.ID)
 		if err != nil {
 			continue // exited (and cleaned up) meanwhile
 		}
-		out = append(out, s)
+		out = append(out, r.criStats(&c, st))
 	}
 	return out, nil
 }
 
-func (r *Runtime) statsOf(rec *containerRecord) (*runtimeapi.ContainerStats, error) {
-	s, err := r.cg.stats(rec.CgroupPath)
-	if err != nil {
-		return nil, errUnavailable("stats of container %s: %v", rec.ID, err)
-	}
+func (r *Runtime) criStats(c *supervisor.Container, s *cgroups.Stats) *runtimeapi.ContainerStats {
 	now := r.clock.Now().UnixNano()
 	return &runtimeapi.ContainerStats{
 		Attributes: &runtimeapi.ContainerAttributes{
-			Id:          rec.ID,
-			Metadata:    &runtimeapi.ContainerMetadata{Name: rec.Name, Attempt: rec.Attempt},
-			Labels:      copyMap(rec.Labels),
-			Annotations: copyMap(rec.Annotations),
+			Id:          c.ID,
+			Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: c.Attempt},
+			Labels:      maps.Clone(c.Labels),
+			Annotations: maps.Clone(c.Annotations),
 		},
-		Cpu: &runtimeapi.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: s.cpuNanos}},
+		Cpu: &runtimeapi.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: s.CPUUsageNanos}},
 		Memory: &runtimeapi.MemoryUsage{
 			Timestamp:       now,
-			WorkingSetBytes: &runtimeapi.UInt64Value{Value: s.workingSet},
-			UsageBytes:      &runtimeapi.UInt64Value{Value: s.memUsage},
-			RssBytes:        &runtimeapi.UInt64Value{Value: s.rss},
+			WorkingSetBytes: &runtimeapi.UInt64Value{Value: s.MemoryWorkingSet},
+			UsageBytes:      &runtimeapi.UInt64Value{Value: s.MemoryUsage},
+			RssBytes:        &runtimeapi.UInt64Value{Value: s.MemoryRSS},
 		},
-	}, nil
+	}
 }

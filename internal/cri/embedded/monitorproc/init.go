@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -40,7 +42,7 @@ func runInit() int {
 		return 127
 	}
 	var spec Spec
-	if err := readJSON(os.Getenv(initEnv), &spec); err != nil {
+	if err := statefile.Read(os.Getenv(initEnv), &spec); err != nil {
 		return fail(err)
 	}
 	if spec.Rootfs == nil || len(spec.Args) == 0 {

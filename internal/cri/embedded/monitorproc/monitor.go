@@ -10,10 +10,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/minilet/minilet/internal/cm/cgroups"
+
+	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
 )
 
 // runMonitor supervises one container process: it starts it inside the
@@ -24,7 +27,7 @@ func runMonitor(dir string) int {
 	syscall.CloseOnExec(3)
 	notify := os.NewFile(3, "started")
 	var spec Spec
-	if err := readJSON(filepath.Join(dir, FileSpec), &spec); err != nil {
+	if err := statefile.Read(filepath.Join(dir, FileSpec), &spec); err != nil {
 		fmt.Fprintln(os.Stderr, "monitor:", err)
 		return 2
 	}
@@ -38,7 +41,7 @@ func runMonitor(dir string) int {
 	if err := out.open(); err != nil {
 		return failStart(dir, notify, fmt.Errorf("open log %s: %w", spec.LogPath, err))
 	}
-	oomBefore := oomCounter(spec.MemoryDir, spec.CgroupV2)
+	oomBefore := cgroups.OOMCount(spec.MemoryDir, spec.CgroupV2)
 
 	cmd, stdout, stderr, err := startInCgroup(dir, &spec)
 	if err != nil {
@@ -51,7 +54,7 @@ func runMonitor(dir string) int {
 	}
 	self := os.Getpid()
 	ticks, _ := ProcStartTicks(self)
-	if err := writeRecord(filepath.Join(dir, FileStart), StartRecord{
+	if err := statefile.WriteVolatile(filepath.Join(dir, FileStart), StartRecord{
 		MonitorPid: self, MonitorTicks: ticks, Pid: cmd.Process.Pid, StartedAt: time.Now().UnixNano(),
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "monitor: write start record:", err)
@@ -84,7 +87,7 @@ func runMonitor(dir string) int {
 	pid := cmd.Process.Pid
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	for _, h := range spec.CgroupDirs {
-		killProcsIn(filepath.Join(h.Dir, "cgroup.procs"))
+		_ = cgroups.KillDir(h.Dir)
 	}
 	drained := make(chan struct{})
 	go func() { copying.Wait(); close(drained) }()
@@ -116,10 +119,10 @@ func runMonitor(dir string) int {
 			rec.Reason = ReasonError
 		}
 	}
-	if after := oomCounter(spec.MemoryDir, spec.CgroupV2); oomBefore >= 0 && after > oomBefore && status.Signaled() && status.Signal() == syscall.SIGKILL {
+	if after := cgroups.OOMCount(spec.MemoryDir, spec.CgroupV2); oomBefore >= 0 && after > oomBefore && status.Signaled() && status.Signal() == syscall.SIGKILL {
 		rec.ExitCode, rec.Reason, rec.Message = 137, ReasonOOMKilled, "the container exceeded its memory limit"
 	}
-	if err := writeRecord(filepath.Join(dir, FileExit), rec); err != nil {
+	if err := statefile.WriteVolatile(filepath.Join(dir, FileExit), rec); err != nil {
 		fmt.Fprintln(os.Stderr, "monitor: write exit record:", err)
 		return 1
 	}
@@ -171,7 +174,7 @@ func startInCgroup(dir string, spec *Spec) (*exec.Cmd, *os.File, *os.File, error
 	}
 	home := ownCgroups(spec.CgroupDirs)
 	for _, h := range spec.CgroupDirs {
-		if err := os.WriteFile(filepath.Join(h.Dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		if err := cgroups.JoinDir(h.Dir, os.Getpid()); err != nil {
 			returnHome(home)
 			return nil, nil, nil, fmt.Errorf("join cgroup %s: %w", h.Dir, err)
 		}
@@ -198,50 +201,21 @@ func startInCgroup(dir string, spec *Spec) (*exec.Cmd, *os.File, *os.File, error
 	return cmd, outR, errR, nil
 }
 
-// ownCgroups maps each hierarchy of dirs to the cgroup.procs file of the
-// cgroup this process is in now.
+// ownCgroups are the directories of the cgroups this process is in now,
+// in the hierarchies of dirs.
 func ownCgroups(dirs []CgroupDir) []string {
-	data, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil
-	}
 	var out []string
 	for _, h := range dirs {
-		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-			parts := strings.SplitN(line, ":", 3)
-			if len(parts) != 3 {
-				continue
-			}
-			match := h.Controller == "" && parts[0] == "0" && parts[1] == ""
-			for _, c := range strings.Split(parts[1], ",") {
-				if h.Controller != "" && c == h.Controller {
-					match = true
-				}
-			}
-			if match {
-				out = append(out, filepath.Join(h.Root, parts[2], "cgroup.procs"))
-				break
-			}
+		if rel, ok := cgroups.Self(h.Controller); ok {
+			out = append(out, filepath.Join(h.Root, rel))
 		}
 	}
 	return out
 }
 
-func returnHome(procs []string) {
-	for _, p := range procs {
-		_ = os.WriteFile(p, []byte(strconv.Itoa(os.Getpid())), 0o644)
-	}
-}
-
-func killProcsIn(procsFile string) {
-	data, err := os.ReadFile(procsFile)
-	if err != nil {
-		return
-	}
-	for _, l := range strings.Fields(string(data)) {
-		if p, err := strconv.Atoi(l); err == nil && p != os.Getpid() {
-			_ = syscall.Kill(p, syscall.SIGKILL)
-		}
+func returnHome(dirs []string) {
+	for _, d := range dirs {
+		_ = cgroups.JoinDir(d, os.Getpid())
 	}
 }
 
@@ -249,8 +223,8 @@ func failStart(dir string, notify *os.File, cause error) int {
 	now := time.Now().UnixNano()
 	self := os.Getpid()
 	ticks, _ := ProcStartTicks(self)
-	_ = writeRecord(filepath.Join(dir, FileExit), ExitRecord{ExitCode: 128, FinishedAt: now, Reason: ReasonStartError, Message: cause.Error()})
-	_ = writeRecord(filepath.Join(dir, FileStart), StartRecord{MonitorPid: self, MonitorTicks: ticks, StartedAt: now, Error: cause.Error()})
+	_ = statefile.WriteVolatile(filepath.Join(dir, FileExit), ExitRecord{ExitCode: 128, FinishedAt: now, Reason: ReasonStartError, Message: cause.Error()})
+	_ = statefile.WriteVolatile(filepath.Join(dir, FileStart), StartRecord{MonitorPid: self, MonitorTicks: ticks, StartedAt: now, Error: cause.Error()})
 	_, _ = notify.Write([]byte{0})
 	_ = notify.Close()
 	return 0

@@ -1,8 +1,9 @@
 // Package monitorproc is the process side of the embedded runtime's
 // container monitor: the code that runs inside the per-container monitor
 // process, the container init it starts for containers from images, and the
-// exec trampoline. It imports only the standard library and
-// golang.org/x/sys/unix, so that the small cmd/minilet-monitor binary built
+// exec trampoline. It imports only the standard library,
+// golang.org/x/sys/unix and internal packages that do the same (the cgroup
+// driver, state files), so that the small cmd/minilet-monitor binary built
 // from it starts fast and stays small; the agent binary runs the same code
 // when it re-executes itself (embedded.MaybeRunMonitor).
 //
@@ -14,7 +15,6 @@
 package monitorproc
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,8 +22,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-
-	"github.com/minilet/minilet/internal/atomicfile"
 )
 
 // Environment markers that turn an execution of the agent or monitor binary
@@ -220,71 +218,7 @@ func LookPath(name string, env []string) (string, error) {
 	return "", fmt.Errorf("executable %q not found in $PATH", name)
 }
 
-// readJSON decodes path into v.
-func readJSON(path string, v any) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("decode %s: %w", path, err)
-	}
-	return nil
-}
-
-// writeRecord stores v at path without tearing but without fsync: start
-// and exit records only matter while the machine stays up, since after a
-// reboot their processes are gone anyway.
-func writeRecord(path string, v any) error {
-	return atomicfile.WriteJSON(path, v, 0o600, atomicfile.Volatile)
-}
-
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
-}
-
-// oomCounter is the monitor's evidence of an OOM kill: the oom_kill count
-// of the memory cgroup (v1 memory.oom_control, v2 memory.events) where the
-// kernel has one, else (old v1 kernels) the number of times the limit was
-// hit, which together with a SIGKILL death means the same. -1 if unknown.
-func oomCounter(memDir string, v2 bool) int64 {
-	if memDir == "" {
-		return -1
-	}
-	file := "memory.oom_control"
-	if v2 {
-		file = "memory.events"
-	}
-	if n, ok := readKeyed(filepath.Join(memDir, file), "oom_kill"); ok || v2 {
-		if !ok {
-			return -1
-		}
-		return n
-	}
-	data, err := os.ReadFile(filepath.Join(memDir, "memory.failcnt"))
-	if err != nil {
-		return -1
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
-	if err != nil {
-		return -1
-	}
-	return n
-}
-
-// readKeyed reads "key value" lines (memory.oom_control, memory.events).
-func readKeyed(path, key string) (int64, bool) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 && f[0] == key {
-			v, err := strconv.ParseInt(f[1], 10, 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
 }

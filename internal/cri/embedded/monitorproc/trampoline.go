@@ -9,11 +9,14 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/minilet/minilet/internal/cm/cgroups"
+
 	"golang.org/x/sys/unix"
 )
 
-// runTrampoline is the exec helper: it joins the container's cgroups (paths
-// in argv before "--"), then replaces itself with the command after "--".
+// runTrampoline is the exec helper: it joins the container's cgroups (their
+// directories in argv before "--"), then replaces itself with the command
+// after "--".
 // Failures before exec are reported on fd 3, which exec closes otherwise.
 func runTrampoline() int {
 	report := os.NewFile(3, "report")
@@ -33,9 +36,9 @@ func runTrampoline() int {
 	if sep < 0 || sep == len(args)-1 {
 		return fail(fmt.Errorf("trampoline: no command"))
 	}
-	for _, procs := range args[:sep] {
-		if err := os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-			return fail(fmt.Errorf("join cgroup %s: %w", procs, err))
+	for _, dir := range args[:sep] {
+		if err := cgroups.JoinDir(dir, os.Getpid()); err != nil {
+			return fail(fmt.Errorf("join cgroup %s: %w", dir, err))
 		}
 	}
 	var env []string

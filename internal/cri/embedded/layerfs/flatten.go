@@ -1,9 +1,8 @@
-package embedded
+package layerfs
 
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -11,11 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// flattenLayers copies layer directories (overlayfs format, base first) into
+// Flatten copies layer directories (overlayfs format, base first) into
 // dst as the merged view an overlay mount would show: a 0/0 character device
 // deletes what lower layers had at its path, an opaque directory hides their
 // contents. Used where overlayfs cannot be mounted.
-func flattenLayers(layers []string, dst string) error {
+func Flatten(layers []string, dst string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
@@ -91,14 +90,7 @@ func copyFile(src, dst string, buf []byte) error {
 		return err
 	}
 	defer func() { _ = in.Close() }()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.CopyBuffer(out, in, buf)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
+	_, err = writeFile(dst, in, buf)
 	return err
 }
 

@@ -1,7 +1,6 @@
-package embedded
+package imagestore
 
 import (
-	"archive/tar"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/minilet/minilet/internal/cri/embedded/layerfs"
+	"github.com/minilet/minilet/internal/errdefs"
 )
 
 // LoadedImage is one image an archive held.
@@ -32,70 +33,71 @@ const (
 )
 
 // LoadArchive imports every image of a docker-archive (`docker save`) or
-// OCI-layout tarball read from r. A docker archive's "RepoTags" and an OCI
-// index's image-name annotations become the images' tags.
-func (r *Runtime) LoadArchive(ctx context.Context, archive io.Reader) ([]LoadedImage, error) {
-	dir, err := os.MkdirTemp(r.images.tmpDir(), "load-")
+// OCI-layout tarball read from archive, stored at now (Unix ns). A docker
+// archive's "RepoTags" and an OCI index's image-name annotations become the
+// images' tags.
+func (s *Store) LoadArchive(ctx context.Context, archive io.Reader, now int64) ([]LoadedImage, error) {
+	dir, err := os.MkdirTemp(s.TmpDir(), "load-")
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	if err := extractArchive(dir, archive); err != nil {
-		return nil, errInvalid("load image archive: %v", err)
+	if err := layerfs.Extract(dir, archive); err != nil {
+		return nil, fmt.Errorf("load image archive: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
 	var out []LoadedImage
 	switch {
 	case fileExists(filepath.Join(dir, "manifest.json")):
-		out, err = r.loadDockerArchive(ctx, dir)
+		out, err = s.loadDockerArchive(ctx, dir, now)
 	case fileExists(filepath.Join(dir, "index.json")):
-		out, err = r.loadOCILayout(ctx, dir)
+		out, err = s.loadOCILayout(ctx, dir, now)
 	default:
-		return nil, errInvalid("load image archive: neither manifest.json (docker-archive) nor index.json (OCI layout) found")
+		return nil, fmt.Errorf("load image archive: neither manifest.json (docker-archive) nor index.json (OCI layout) found: %w", errdefs.ErrInvalidArgument)
 	}
 	if err != nil {
 		return out, err
 	}
 	for _, img := range out {
-		r.log.Info("image loaded", "image", img.ID, "tags", img.RepoTags)
+		s.log.Info("image loaded", "image", img.ID, "tags", img.RepoTags)
 	}
 	return out, nil
 }
 
-func (r *Runtime) loadDockerArchive(ctx context.Context, dir string) ([]LoadedImage, error) {
+func (s *Store) loadDockerArchive(ctx context.Context, dir string, now int64) ([]LoadedImage, error) {
 	var manifest tarball.Manifest
 	data, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal(data, &manifest); err != nil {
-		return nil, errInvalid("load docker archive: manifest.json: %v", err)
+		return nil, fmt.Errorf("load docker archive: manifest.json: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
 	var out []LoadedImage
 	for i, d := range manifest {
 		src := imageSource{}
 		if src.config, err = readArchiveFile(dir, d.Config); err != nil {
-			return out, errInvalid("load docker archive: image %d: config: %v", i, err)
+			return out, fmt.Errorf("load docker archive: image %d: config: %v: %w", i, err, errdefs.ErrInvalidArgument)
 		}
 		for _, l := range d.Layers {
 			p, err := archivePath(dir, l)
 			if err != nil {
-				return out, errInvalid("load docker archive: image %d: layer %q: %v", i, l, err)
+				return out, fmt.Errorf("load docker archive: image %d: layer %q: %v: %w", i, l, err, errdefs.ErrInvalidArgument)
 			}
 			layer, err := tarball.LayerFromFile(p)
 			if err != nil {
-				return out, errInvalid("load docker archive: image %d: layer %q: %v", i, l, err)
+				return out, fmt.Errorf("load docker archive: image %d: layer %q: %v: %w", i, l, err, errdefs.ErrInvalidArgument)
 			}
 			src.layers = append(src.layers, layer.Uncompressed)
 		}
 		var tags []string
 		for _, t := range d.RepoTags {
-			n, err := normalizeRef(t)
+			n, err := NormalizeRef(t)
 			if err != nil {
-				return out, errInvalid("load docker archive: image %d: RepoTags %q: %v", i, t, err)
+				return out, fmt.Errorf("load docker archive: image %d: RepoTags %q: %v: %w", i, t, err, errdefs.ErrInvalidArgument)
 			}
 			tags = append(tags, n)
 		}
-		rec, err := r.images.importImage(ctx, src, tags, nil, r.clock.Now().UnixNano())
+		rec, err := s.importImage(ctx, src, tags, nil, now)
 		if err != nil {
 			return out, fmt.Errorf("load docker archive: image %d: %w", i, err)
 		}
@@ -104,47 +106,47 @@ func (r *Runtime) loadDockerArchive(ctx context.Context, dir string) ([]LoadedIm
 	return out, nil
 }
 
-func (r *Runtime) loadOCILayout(ctx context.Context, dir string) ([]LoadedImage, error) {
+func (s *Store) loadOCILayout(ctx context.Context, dir string, now int64) ([]LoadedImage, error) {
 	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
-		return nil, errInvalid("load OCI layout: %v", err)
+		return nil, fmt.Errorf("load OCI layout: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
 	im, err := idx.IndexManifest()
 	if err != nil {
-		return nil, errInvalid("load OCI layout: index.json: %v", err)
+		return nil, fmt.Errorf("load OCI layout: index.json: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
 	var out []LoadedImage
 	for _, desc := range im.Manifests {
 		img, err := imageForPlatform(idx, desc)
 		if err != nil {
-			return out, errInvalid("load OCI layout: manifest %s: %v", desc.Digest, err)
+			return out, fmt.Errorf("load OCI layout: manifest %s: %v: %w", desc.Digest, err, errdefs.ErrInvalidArgument)
 		}
 		if img == nil {
 			continue
 		}
 		src, err := sourceFromImage(img)
 		if err != nil {
-			return out, errInvalid("load OCI layout: manifest %s: %v", desc.Digest, err)
+			return out, fmt.Errorf("load OCI layout: manifest %s: %v: %w", desc.Digest, err, errdefs.ErrInvalidArgument)
 		}
 		var tags, digests []string
 		if n := ociImageName(desc.Annotations); n != "" {
-			norm, err := normalizeRef(n)
+			norm, err := NormalizeRef(n)
 			if err != nil {
-				return out, errInvalid("load OCI layout: manifest %s: image name %q: %v", desc.Digest, n, err)
+				return out, fmt.Errorf("load OCI layout: manifest %s: image name %q: %v: %w", desc.Digest, n, err, errdefs.ErrInvalidArgument)
 			}
 			tags = []string{norm}
 			if ref, err := name.ParseReference(norm); err == nil {
 				digests = []string{registryName(ref) + "/" + ref.Context().RepositoryStr() + "@" + desc.Digest.String()}
 			}
 		}
-		rec, err := r.images.importImage(ctx, src, tags, digests, r.clock.Now().UnixNano())
+		rec, err := s.importImage(ctx, src, tags, digests, now)
 		if err != nil {
 			return out, fmt.Errorf("load OCI layout: manifest %s: %w", desc.Digest, err)
 		}
 		out = append(out, LoadedImage{ID: rec.ID, RepoTags: tags})
 	}
 	if len(out) == 0 {
-		return nil, errInvalid("load OCI layout: no image for linux/%s in index.json", goruntime.GOARCH)
+		return nil, fmt.Errorf("load OCI layout: no image for linux/%s in index.json: %w", goruntime.GOARCH, errdefs.ErrInvalidArgument)
 	}
 	return out, nil
 }
@@ -185,93 +187,6 @@ func ociImageName(ann map[string]string) string {
 		return n
 	}
 	return ""
-}
-
-// extractArchive unpacks an image archive (regular files, directories and
-// in-archive symlinks only) into dir. Nothing is written through a symlink
-// the archive created.
-func extractArchive(dir string, r io.Reader) error {
-	dir, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return err
-	}
-	tr := tar.NewReader(r)
-	buf := make([]byte, 1<<20)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read archive: %w", err)
-		}
-		rel := path.Clean("/" + hdr.Name)
-		if rel == "/" {
-			continue
-		}
-		dst := filepath.Join(dir, rel)
-		if err := mkdirNoFollow(dir, filepath.Dir(rel)); err != nil {
-			return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
-		}
-		if hdr.Typeflag != tar.TypeDir {
-			if err := os.RemoveAll(dst); err != nil {
-				return err
-			}
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := mkdirNoFollow(dir, rel); err != nil {
-				return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
-			}
-		case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old archives still use TypeRegA
-			f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
-				return err
-			}
-			_, err = io.CopyBuffer(f, tr, buf)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
-			}
-		case tar.TypeSymlink, tar.TypeLink:
-			// Old docker archives link duplicate layers; keep the link and
-			// check it stays inside dir when it is opened.
-			target := hdr.Linkname
-			if hdr.Typeflag == tar.TypeLink {
-				target, _ = filepath.Rel(filepath.Dir(dst), filepath.Join(dir, path.Clean("/"+hdr.Linkname)))
-			}
-			if err := os.Symlink(target, dst); err != nil {
-				return fmt.Errorf("archive entry %q: %w", hdr.Name, err)
-			}
-		}
-	}
-}
-
-// mkdirNoFollow creates the directory rel (slash-separated, clean, rooted)
-// under base, refusing to pass through symlinks.
-func mkdirNoFollow(base, rel string) error {
-	cur := base
-	for _, c := range strings.Split(strings.Trim(rel, "/"), "/") {
-		if c == "" {
-			continue
-		}
-		cur = filepath.Join(cur, c)
-		fi, err := os.Lstat(cur)
-		switch {
-		case err == nil && fi.IsDir():
-		case err == nil:
-			return fmt.Errorf("%s is not a directory", strings.TrimPrefix(cur, base))
-		case errors.Is(err, os.ErrNotExist):
-			if err := os.Mkdir(cur, 0o700); err != nil {
-				return err
-			}
-		default:
-			return err
-		}
-	}
-	return nil
 }
 
 // archivePath resolves a path named by the archive's manifest, refusing

@@ -1,4 +1,4 @@
-package embedded
+package supervisor
 
 import (
 	"bytes"
@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"github.com/minilet/minilet/internal/cri/embedded/monitorproc"
+	"github.com/minilet/minilet/internal/errdefs"
 	utilexec "k8s.io/utils/exec"
 )
 
@@ -23,51 +23,52 @@ import (
 // runtimes do (16 MiB).
 const maxExecOutput = 16 << 20
 
-// ExecSync runs cmd in the container's environment (its env, working
-// directory and cgroups) and returns its output. A non-zero exit is returned
-// as a k8s.io/utils/exec.CodeExitError (as the kubelet's CRI client does);
-// a timeout as an error wrapping context.DeadlineExceeded; a command that
-// cannot be run (missing binary) as an error classified NotFound.
-func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, []byte, error) {
+// Exec runs cmd in the container's environment (its env, working
+// directory, cgroups and, for a container from an image, its namespaces and
+// root) and returns its output, each stream cut at 16 MiB. A non-zero exit
+// is returned as a k8s.io/utils/exec.CodeExitError (as the kubelet's CRI
+// client does); a timeout as an error wrapping context.DeadlineExceeded; a
+// command that cannot be run (missing binary) as an error classified
+// NotFound.
+func (s *Supervisor) Exec(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, []byte, error) {
 	if len(cmd) == 0 {
-		return nil, nil, errInvalid("exec in container %s: field cmd is required", containerID)
+		return nil, nil, fmt.Errorf("exec in container %s: field cmd is required: %w", containerID, errdefs.ErrInvalidArgument)
 	}
-	r.mu.Lock()
-	c, ok := r.containers[containerID]
-	if !ok {
-		r.mu.Unlock()
-		return nil, nil, errNotFound("container %q", containerID)
+	c, err := s.Get(containerID)
+	if err != nil {
+		return nil, nil, err
 	}
-	running := c.state() == runtimeapi.ContainerState_CONTAINER_RUNNING
-	rec := c.rec
-	var pid int
-	if c.start != nil {
-		pid = c.start.Pid
+	if c.State() != Running {
+		return nil, nil, fmt.Errorf("exec in container %s: container is not running: %w", containerID, errdefs.ErrConflict)
 	}
-	r.mu.Unlock()
-	if !running {
-		return nil, nil, errConflict("exec in container %s: container is not running", containerID)
-	}
+	rec, pid := c.Record, c.Start.Pid
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 
+	// The trampoline joins the cgroups and then execs cmd; argv holds the
+	// cgroup directories, "--", and the command.
+	n, err := cgroupName(rec.CgroupPath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("exec in container %s: %w", containerID, err)
+	}
 	report, reportW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
 	defer func() { _ = report.Close() }()
-	// The trampoline joins the cgroups and then execs cmd; argv holds the
-	// cgroup.procs files, "--", and the command.
-	args := append([]string{trampolineArg0}, r.cg.procsFiles(rec.CgroupPath)...)
+	args := []string{monitorproc.TrampolineArg0}
+	for _, d := range s.cg.Dirs(n) {
+		args = append(args, d.Path)
+	}
 	args = append(append(args, "--"), cmd...)
 	var stdout, stderr capBuffer
 	proc := &exec.Cmd{
-		Path:        "/proc/self/exe",
+		Path:        selfExe, // the trampoline is always the agent's own binary
 		Args:        args,
-		Env:         append(append([]string{}, rec.Env...), trampolineEnv+"=1"),
+		Env:         append(append([]string{}, rec.Env...), monitorproc.TrampolineEnv+"=1"),
 		Dir:         rec.WorkingDir,
 		Stdout:      &stdout,
 		Stderr:      &stderr,
@@ -78,7 +79,7 @@ func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string
 	if rec.Rootfs != nil {
 		// The trampoline enters the container's namespaces and root.
 		proc.Dir = ""
-		proc.Env = append(proc.Env, trampolinePidEnv+"="+strconv.Itoa(pid), trampolineDirEnv+"="+rec.WorkingDir)
+		proc.Env = append(proc.Env, monitorproc.TrampolinePidEnv+"="+strconv.Itoa(pid), monitorproc.TrampolineDirEnv+"="+rec.WorkingDir)
 	}
 	err = proc.Start()
 	_ = reportW.Close()
@@ -98,13 +99,13 @@ func (r *Runtime) ExecSync(ctx context.Context, containerID string, cmd []string
 	}
 	failure, _ := io.ReadAll(report)
 	if len(failure) > 0 {
-		return nil, nil, errNotFound("exec %q in container %s: %s", strings.Join(cmd, " "), containerID, failure)
+		return nil, nil, fmt.Errorf("exec %q in container %s: %s: %w", strings.Join(cmd, " "), containerID, failure, errdefs.ErrNotFound)
 	}
 	if timedOut {
 		// errors.Is(err, context.DeadlineExceeded), and gRPC code DeadlineExceeded
 		// as the kubelet's CRI client expects from a remote runtime.
-		return stdout.Bytes(), stderr.Bytes(), newErr(context.DeadlineExceeded, codes.DeadlineExceeded,
-			"exec %q in container %s timed out after %s", strings.Join(cmd, " "), containerID, timeout)
+		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("exec %q in container %s timed out after %s: %w",
+			strings.Join(cmd, " "), containerID, timeout, context.DeadlineExceeded)
 	}
 	var exitErr *exec.ExitError
 	if errors.As(waitErr, &exitErr) {

@@ -1,4 +1,11 @@
-package embedded
+// Package layerfs keeps image layers as directories in overlayfs' own
+// format, so that a container's root filesystem is an overlay mount of
+// them: it unpacks a layer's tar stream into such a directory (whiteouts
+// become 0/0 character devices, opaque directories an xattr), merges a
+// stack of them by copying where overlayfs cannot be mounted, and finds
+// out whether it can. It also extracts plain archives (image archives)
+// with the same care not to write outside the target directory.
+package layerfs
 
 import (
 	"archive/tar"
@@ -27,21 +34,21 @@ const (
 // devices), so that their directories can be stacked as lowerdirs directly.
 const overlayOpaqueXattr = "trusted.overlay.opaque"
 
-// layerStats is what unpacking a layer found.
-type layerStats struct {
+// Stats is what unpacking a layer found.
+type Stats struct {
 	Size   uint64 `json:"size"`   // bytes of file content (hard links once)
 	Inodes uint64 `json:"inodes"` // entries created
 	DiffID string `json:"diffId"` // sha256 of the uncompressed tar stream
 }
 
-// unpackLayer extracts an uncompressed layer tar stream into dir (which must
+// Unpack extracts an uncompressed layer tar stream into dir (which must
 // be empty) in overlayfs format: ".wh.NAME" becomes a 0/0 character device
 // NAME, ".wh..wh..opq" the opaque xattr on its directory. Ownership,
 // permissions (including setuid bits), times, symlinks, hard links, devices
 // and xattrs are kept. No entry may escape dir, through ".." or through a
 // symlink the layer itself created.
-func unpackLayer(dir string, r io.Reader) (layerStats, error) {
-	var st layerStats
+func Unpack(dir string, r io.Reader) (Stats, error) {
+	var st Stats
 	h := sha256.New()
 	tr := tar.NewReader(io.TeeReader(r, h))
 	u := &unpacker{root: dir, dirs: map[string]bool{"/": true}, buf: make([]byte, 1<<20)}
@@ -86,8 +93,8 @@ type unpacker struct {
 }
 
 // entry applies one tar entry.
-func (u *unpacker) entry(hdr *tar.Header, tr io.Reader) (layerStats, error) {
-	var st layerStats
+func (u *unpacker) entry(hdr *tar.Header, tr io.Reader) (Stats, error) {
+	var st Stats
 	name := path.Clean("/" + hdr.Name)
 	if name == "/" {
 		if hdr.Typeflag == tar.TypeDir {
@@ -139,14 +146,7 @@ func (u *unpacker) entry(hdr *tar.Header, tr io.Reader) (layerStats, error) {
 		u.dirs[name] = true
 		u.dirTimes = append(u.dirTimes, dirTime{dst, hdr.ModTime})
 	case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old archives still use TypeRegA
-		f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return st, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-		}
-		n, err := io.CopyBuffer(f, tr, u.buf)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
+		n, err := writeFile(dst, tr, u.buf)
 		if err != nil {
 			return st, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}
@@ -179,7 +179,7 @@ func (u *unpacker) entry(hdr *tar.Header, tr io.Reader) (layerStats, error) {
 			return st, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}
 	default:
-		return layerStats{}, nil // e.g. PAX global headers: nothing on disk
+		return Stats{}, nil // e.g. PAX global headers: nothing on disk
 	}
 	if err := u.applyMeta(dst, hdr); err != nil {
 		return st, fmt.Errorf("layer entry %q: %w", hdr.Name, err)

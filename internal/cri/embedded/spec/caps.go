@@ -1,10 +1,9 @@
-package embedded
+package spec
 
 import (
 	"fmt"
 	"strings"
 
-	"github.com/minilet/minilet/internal/cri/embedded/monitorproc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -70,6 +69,3 @@ func capBits(name string) (uint64, error) {
 	}
 	return 1 << bit, nil
 }
-
-// procBoundingSet is the capability bounding set of pid.
-func procBoundingSet(pid string) (uint64, error) { return monitorproc.ProcBoundingSet(pid) }
