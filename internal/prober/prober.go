@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/prober/probe/exec"
@@ -228,15 +229,15 @@ func (m *Manager) Get(kind Kind, containerID string) (Result, bool) {
 
 // LivenessFailed reports whether the container's liveness probe has
 // failed, so the runtime must kill and restart it.
-func (m *Manager) LivenessFailed(containerID string) bool {
-	r, ok := m.Get(Liveness, containerID)
+func (m *Manager) LivenessFailed(id container.ID) bool {
+	r, ok := m.Get(Liveness, id.String())
 	return ok && r == Failure
 }
 
 // StartupFailed reports whether the container's startup probe has failed,
 // so the runtime must kill and restart it.
-func (m *Manager) StartupFailed(containerID string) bool {
-	r, ok := m.Get(Startup, containerID)
+func (m *Manager) StartupFailed(id container.ID) bool {
+	r, ok := m.Get(Startup, id.String())
 	return ok && r == Failure
 }
 
