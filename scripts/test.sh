@@ -10,19 +10,15 @@
 #   - containerd (scripts/containerd-up.sh: apt installs, images) is set up
 #     in the background meanwhile;
 #   - vet runs first in the foreground (it compiles the packages everything
-#     else reuses), at nice 5 while the cluster build runs: that build and
-#     the cluster-mode tests after it are the longest chain, so it goes
-#     first and the rest fills the gaps;
+#     else reuses);
 #   - lint (installing golangci-lint, then running it) goes on in the
 #     background at low priority while the tests run;
 #   - unit runs `go test -race` on every package. The packages whose tests
 #     use the cluster harness are a second `go test`, started once the
 #     binaries are built: were they in the first, their test processes would
 #     sit in its -p slots waiting for the build and hold up every other
-#     package. The first compiles at nice 5 too; its test binaries run at
-#     the usual priority (scripts/unnice.sh). With the vet step in the same
-#     run, go test's own vet pass (a subset of go vet's checks, on the same
-#     files) is not repeated.
+#     package. With the vet step in the same run, go test's own vet pass
+#     (a subset of go vet's checks, on the same files) is not repeated.
 #
 # Each step says how long it took. Environment: GO, MINILET_CLUSTER
 # (default 1; 0 skips the cluster-mode tests), CONTAINERD_STATE.
@@ -79,12 +75,10 @@ await() {
 done_ok() { [ -f "$work/$1.rc" ] && [ "$(cat "$work/$1.rc")" = 0 ]; }
 
 t0=$(date +%s)
-low=() # the priority of work that yields to the cluster build
 if want unit; then
 	if [ "$MINILET_CLUSTER" = 1 ]; then
 		say "building the cluster-mode binaries in the background"
 		start clusterbin "$GO" run ./internal/cluster/clusterbin/cmd/clusterbin
-		low=(nice -n 5)
 	fi
 	say "setting up containerd in the background"
 	start containerd ./scripts/containerd-up.sh "$CONTAINERD_STATE"
@@ -94,7 +88,7 @@ fi
 if want vet; then
 	t=$(date +%s)
 	say "go vet ./..."
-	"${low[@]}" "$GO" vet ./...
+	"$GO" vet ./...
 	say "vet took $(since "$t")"
 	# go vet ./... just ran every check go test's vet pass would.
 	GOTEST+=(-vet=off)
@@ -144,7 +138,7 @@ if want unit; then
 		) &
 		cluster_pid=$!
 		# shellcheck disable=SC2086
-		"${low[@]}" "${GOTEST[@]}" -exec "$PWD/scripts/unnice.sh" $others || rc=$?
+		"${GOTEST[@]}" $others || rc=$?
 		say "other packages' tests done after $(since "$t") (status $rc); waiting for the cluster-mode tests"
 		crc=0
 		wait $cluster_pid || crc=$?
