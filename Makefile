@@ -12,7 +12,9 @@ build:
 
 # The README's test command: vet, lint, and every test with the race
 # detector. Root-only tests (cgroups, processes) run here because CI is root.
-test: vet lint unit
+# scripts/test.sh runs the steps and overlaps the slow parts (see there).
+test:
+	GO=$(GO) MINILET_CLUSTER=$(MINILET_CLUSTER) CONTAINERD_STATE=$(CONTAINERD_STATE) ./scripts/test.sh vet lint unit
 
 vet:
 	$(GO) vet ./...
@@ -26,18 +28,15 @@ lint:
 # containerd (failing loudly if it cannot: CI must cover both runtimes);
 # it is stopped afterwards, also when tests fail, keeping their status.
 CONTAINERD_STATE ?= /tmp/minilet-containerd
-# Cluster-mode tests build kube-apiserver and etcd (hack/cluster, cached in
-# ~/.cache/minilet-cluster; a cold build measured 7-27 min on 2 cores
-# depending on load, seconds once cached). 0 skips them.
+# Cluster-mode tests run a real control plane (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl) built from hack/cluster
+# and cached in ~/.cache/minilet-cluster by content (a cold build costs
+# about 30 CPU-minutes, seconds once cached; it starts first, in the
+# background). 0 skips them.
 MINILET_CLUSTER ?= 1
 
 unit:
-	@ep=$$(./scripts/containerd-up.sh $(CONTAINERD_STATE) | tail -n 1); \
-	case "$$ep" in unix://*) ;; *) echo "make unit: containerd could not be started (see above); the containerd tests cannot run" >&2; ./scripts/containerd-down.sh $(CONTAINERD_STATE); exit 1 ;; esac; \
-	trap './scripts/containerd-down.sh $(CONTAINERD_STATE)' EXIT; \
-	trap 'exit 130' INT TERM; \
-	echo "make unit: containerd at $$ep"; \
-	MINILET_CLUSTER=$(MINILET_CLUSTER) MINILET_CONTAINERD_ENDPOINT=$$ep $(GO) test -race -count=1 -timeout 40m ./...
+	GO=$(GO) MINILET_CLUSTER=$(MINILET_CLUSTER) CONTAINERD_STATE=$(CONTAINERD_STATE) ./scripts/test.sh unit
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./bench/

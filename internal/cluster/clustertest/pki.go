@@ -16,9 +16,10 @@ import (
 
 // authority is a throw-away certificate authority for one test server.
 type authority struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
+	cert   *x509.Certificate
+	key    *ecdsa.PrivateKey
+	pem    []byte
+	keyPEM []byte // for kube-controller-manager, which signs CSRs with it
 }
 
 func newAuthority() (*authority, error) {
@@ -43,7 +44,16 @@ func newAuthority() (*authority, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &authority{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return &authority{
+		cert:   cert,
+		key:    key,
+		pem:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		keyPEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
+	}, nil
 }
 
 // issue signs a certificate: a serving one for loopback when server is

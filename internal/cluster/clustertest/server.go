@@ -24,6 +24,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/minilet/minilet/internal/cluster/clusterbin"
 )
 
 // Options configures Start.
@@ -31,10 +33,19 @@ type Options struct {
 	// TokenNodes get a bearer token for system:node:<name> in the static
 	// token file (other nodes use client certificates).
 	TokenNodes []string
+	// ControlPlane also starts kube-controller-manager and kube-scheduler,
+	// each with its own client certificate, so that the cluster does what
+	// a real one does on its own: service accounts and kube-root-ca.crt in
+	// every namespace, CSR signing, scheduling, garbage collection. Without
+	// it the harness creates the default ServiceAccount and kube-root-ca.crt
+	// itself, and pods are bound by hand (spec.nodeName).
+	ControlPlane bool
 }
 
 // Server is a running etcd and kube-apiserver pair on loopback, with
-// authorization Node,RBAC and the NodeRestriction admission plugin.
+// authorization Node,RBAC and the NodeRestriction admission plugin (on top
+// of the API server's default admission plugins), and with
+// Options.ControlPlane kube-controller-manager and kube-scheduler.
 type Server struct {
 	t        testing.TB
 	dir      string
@@ -43,14 +54,15 @@ type Server struct {
 	ca       *authority
 	tokens   map[string]string // node name → token
 	admin    string            // admin token
-	apiBin   string
+	bins     clusterbin.Set
 	apiArgs  []string
-	etcdBin  string
 	etcdArgs []string
+	full     bool
 
-	mu   sync.Mutex
-	api  *proc
-	etcd *proc
+	mu    sync.Mutex
+	api   *proc
+	etcd  *proc
+	comps []*proc // controller-manager and scheduler
 
 	// Admin is a client with system:masters rights.
 	Admin kubernetes.Interface
@@ -64,28 +76,37 @@ type proc struct {
 	log  *os.File
 }
 
-// Start builds (once) and runs etcd and kube-apiserver, waits until the
-// API server is ready, and creates what no controller-manager creates
-// here: the default ServiceAccount and kube-root-ca.crt ConfigMap in the
-// default namespace. Cleanup stops both.
+// Start builds (once) and runs etcd and kube-apiserver, and with
+// opts.ControlPlane kube-controller-manager and kube-scheduler, and waits
+// until they are ready and the default namespace has its ServiceAccount and
+// kube-root-ca.crt ConfigMap (created by the controller-manager, or without
+// one by the harness). Cleanup stops them all.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	SkipUnlessEnabled(t)
-	apiBin, etcdBin := Binaries(t)
+	bins := Binaries(t)
 	dir, err := os.MkdirTemp("", "mlt-cluster")
 	check(t, err, "temp dir")
-	s := &Server{t: t, dir: dir, apiBin: apiBin, etcdBin: etcdBin, tokens: map[string]string{}}
+	s := &Server{t: t, dir: dir, bins: bins, tokens: map[string]string{}, full: opts.ControlPlane}
 	t.Cleanup(func() {
+		s.stopComponents()
 		s.StopAPIServer()
 		s.stopEtcd()
 		if t.Failed() {
-			t.Logf("kube-apiserver log tail:\n%s", tail(filepath.Join(dir, "kube-apiserver.log"), 40))
+			for _, name := range []string{clusterbin.KubeAPIServer, clusterbin.ControllerManager, clusterbin.Scheduler} {
+				if _, err := os.Stat(filepath.Join(dir, name+".log")); err == nil {
+					t.Logf("%s log tail:\n%s", name, tail(filepath.Join(dir, name+".log"), 40))
+				}
+			}
 		}
 		_ = os.RemoveAll(dir)
 	})
 	s.writeFiles(opts)
 	s.startEtcd()
 	s.StartAPIServer()
+	if s.full {
+		s.startComponents()
+	}
 	s.bootstrap("default")
 	return s
 }
@@ -109,6 +130,7 @@ func (s *Server) writeFiles(opts Options) {
 	check(t, os.WriteFile(filepath.Join(s.dir, "apiserver.crt"), crt, 0o644), "writing cert")
 	check(t, os.WriteFile(filepath.Join(s.dir, "apiserver.key"), key, 0o600), "writing key")
 	check(t, writeRSAKey(filepath.Join(s.dir, "sa.key")), "service account key")
+	check(t, os.WriteFile(filepath.Join(s.dir, "ca.key"), ca.keyPEM, 0o600), "writing CA key")
 
 	s.admin = randToken()
 	lines := []string{fmt.Sprintf("%s,admin,admin-uid,system:masters", s.admin)}
@@ -138,7 +160,7 @@ func (s *Server) startEtcd() {
 		"--listen-client-urls", clientURL,
 		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peer),
 	}
-	p := s.run(s.etcdBin, s.etcdArgs, "etcd.log")
+	p := s.run(s.bins.Path(clusterbin.Etcd), s.etcdArgs, "etcd.log")
 	s.mu.Lock()
 	s.etcd = p
 	s.mu.Unlock()
@@ -172,7 +194,7 @@ func (s *Server) startEtcd() {
 // is ready.
 func (s *Server) StartAPIServer() {
 	s.t.Helper()
-	p := s.run(s.apiBin, s.apiArgs, "kube-apiserver.log")
+	p := s.run(s.bins.Path(clusterbin.KubeAPIServer), s.apiArgs, "kube-apiserver.log")
 	s.mu.Lock()
 	s.api = p
 	s.mu.Unlock()
@@ -260,14 +282,20 @@ func (s *Server) waitHTTP(what string, p *proc, url string, c *http.Client) {
 	s.t.Fatalf("%s not ready at %s after 90s: %s\n%s", what, url, last, tail(p.log.Name(), 40))
 }
 
-// bootstrap creates the default ServiceAccount and kube-root-ca.crt
-// ConfigMap in namespace ns (creating the namespace if needed).
+// bootstrap makes namespace ns ready for pods (creating it if needed): it
+// has the default ServiceAccount and the kube-root-ca.crt ConfigMap. With
+// the full control plane it waits for the controller-manager to create
+// them; without, it creates them itself.
 func (s *Server) bootstrap(ns string) {
 	s.t.Helper()
 	ctx := context.Background()
 	_, err := s.Admin.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		s.t.Fatalf("namespace %s: %v", ns, err)
+	}
+	if s.full {
+		s.WaitNamespaceReady(ns)
+		return
 	}
 	_, err = s.Admin.CoreV1().ServiceAccounts(ns).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -287,20 +315,30 @@ func (s *Server) bootstrap(ns string) {
 // else with a client certificate signed by the server's CA.
 func (s *Server) NodeKubeconfig(name string) string {
 	s.t.Helper()
-	user := ""
 	if tok, ok := s.tokens[name]; ok {
-		user = "    token: " + tok + "\n"
-	} else {
-		crt, key, err := s.ca.issue("system:node:"+name, []string{"system:nodes"}, false)
-		check(s.t, err, "node certificate")
-		crtPath, keyPath := filepath.Join(s.dir, name+".crt"), filepath.Join(s.dir, name+".key")
-		check(s.t, os.WriteFile(crtPath, crt, 0o644), "writing node cert")
-		check(s.t, os.WriteFile(keyPath, key, 0o600), "writing node key")
-		user = "    client-certificate: " + crtPath + "\n    client-key: " + keyPath + "\n"
+		return s.writeKubeconfig(name, "    token: "+tok+"\n")
 	}
+	return s.CertKubeconfig(name, "system:node:"+name, "system:nodes")
+}
+
+// CertKubeconfig writes a kubeconfig file called name for user cn in
+// groups, authenticated by a client certificate signed by the server's CA,
+// and returns its path.
+func (s *Server) CertKubeconfig(name, cn string, groups ...string) string {
+	s.t.Helper()
+	crt, key, err := s.ca.issue(cn, groups, false)
+	check(s.t, err, "client certificate for %s", cn)
+	crtPath, keyPath := filepath.Join(s.dir, name+".crt"), filepath.Join(s.dir, name+".key")
+	check(s.t, os.WriteFile(crtPath, crt, 0o644), "writing client cert")
+	check(s.t, os.WriteFile(keyPath, key, 0o600), "writing client key")
+	return s.writeKubeconfig(name, "    client-certificate: "+crtPath+"\n    client-key: "+keyPath+"\n")
+}
+
+func (s *Server) writeKubeconfig(name, user string) string {
+	s.t.Helper()
 	kc := "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: " + s.URL +
-		"\n    certificate-authority: " + s.CAFile + "\nusers:\n- name: node\n  user:\n" + user +
-		"contexts:\n- name: test\n  context:\n    cluster: test\n    user: node\ncurrent-context: test\n"
+		"\n    certificate-authority: " + s.CAFile + "\nusers:\n- name: user\n  user:\n" + user +
+		"contexts:\n- name: test\n  context:\n    cluster: test\n    user: user\ncurrent-context: test\n"
 	path := filepath.Join(s.dir, name+".kubeconfig")
 	check(s.t, os.WriteFile(path, []byte(kc), 0o600), "writing kubeconfig")
 	return path

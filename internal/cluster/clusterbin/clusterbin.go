@@ -1,0 +1,318 @@
+// Package clusterbin builds the upstream control-plane binaries (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) from the
+// separate module in hack/cluster, once, into a cache keyed by content.
+//
+// The key is a hash of everything that decides what the build produces:
+// hack/cluster's go.mod, go.sum and source files, the build command and
+// flags, and the toolchain (`go env` GOVERSION, GOOS, GOARCH, CGO_ENABLED,
+// GOAMD64, GOFLAGS, GOEXPERIMENT). File modification times play no part, so
+// a fresh clone of an unchanged tree finds the binaries another clone built.
+//
+// Layout of the cache directory ($MINILET_CLUSTER_CACHE, default
+// $HOME/.cache/minilet-cluster):
+//
+//	build.lock        flock: one process checks, builds and prunes at a time
+//	<key>/            the binaries of one key, and inputs.txt saying what made it
+//	.tmp-<key>-<pid>/ a build in progress; renamed to <key>/ when complete
+//
+// A key directory exists only complete (it appears by rename). Each use
+// stamps its modification time; the least recently used keys beyond
+// [KeepKeys], and any unused for [MaxAge], are removed.
+//
+// This package needs only the standard library, so that the Makefile can
+// start the build (`go run ./internal/cluster/clusterbin/cmd/clusterbin`)
+// before anything else is compiled.
+package clusterbin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// EnvCache overrides the cache directory (default
+// $HOME/.cache/minilet-cluster).
+const EnvCache = "MINILET_CLUSTER_CACHE"
+
+// The commands hack/cluster builds, each a directory holding a main package.
+const (
+	Etcd              = "etcd"
+	KubeAPIServer     = "kube-apiserver"
+	ControllerManager = "kube-controller-manager"
+	Scheduler         = "kube-scheduler"
+	Kubectl           = "kubectl"
+)
+
+// Commands lists every binary one build produces.
+var Commands = []string{Etcd, KubeAPIServer, ControllerManager, Scheduler, Kubectl}
+
+// buildFlags cut build time without changing what the programs do:
+// -s -w leave out the symbol table and DWARF (the linker's slowest part for
+// binaries this size; Go's own stack traces use pclntab and still work),
+// -trimpath keeps local paths out of the binaries.
+var buildFlags = []string{"-trimpath", "-ldflags=-s -w"}
+
+// keyEnv is the toolchain configuration that goes into the key.
+var keyEnv = []string{"GOVERSION", "GOOS", "GOARCH", "CGO_ENABLED", "GOAMD64", "GOFLAGS", "GOEXPERIMENT"}
+
+// KeepKeys is how many key directories the cache keeps (the current one
+// included), so that worktrees of different hack/cluster versions on one
+// machine do not evict each other at every run.
+const KeepKeys = 3
+
+// MaxAge is how long an unused key directory is kept.
+const MaxAge = 7 * 24 * time.Hour
+
+// Set is one complete set of binaries.
+type Set struct {
+	Dir string // the key directory holding them
+	Key string
+}
+
+// Path is the path of command (one of [Commands]).
+func (s Set) Path(command string) string { return filepath.Join(s.Dir, command) }
+
+// CacheDir is the cache directory.
+func CacheDir() string {
+	if d := os.Getenv(EnvCache); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "minilet-cluster")
+}
+
+// ModuleDir is hack/cluster, found from this source file.
+func ModuleDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "hack", "cluster")
+}
+
+// BuildArgs is the `go` command line of the one build, writing into out.
+func BuildArgs(out string) []string {
+	args := append([]string{"build"}, buildFlags...)
+	args = append(args, "-o", out+string(filepath.Separator))
+	for _, c := range Commands {
+		args = append(args, "./"+c)
+	}
+	return args
+}
+
+var (
+	keyOnce sync.Once
+	keyVal  string
+	keyDesc string
+	keyErr  error
+)
+
+// Key returns the cache key of the current tree and toolchain, and a
+// description of what went into it. It is computed once per process.
+func Key() (key, inputs string, err error) {
+	keyOnce.Do(func() { keyVal, keyDesc, keyErr = computeKey(ModuleDir()) })
+	return keyVal, keyDesc, keyErr
+}
+
+func computeKey(mod string) (string, string, error) {
+	var desc strings.Builder
+	fmt.Fprintf(&desc, "schema: clusterbin/1\ncommand: go %s\n", strings.Join(BuildArgs("OUT"), " "))
+	cmd := exec.Command("go", append([]string{"env"}, keyEnv...)...)
+	cmd.Dir = mod
+	out, err := cmd.Output()
+	if err != nil {
+		return "", "", fmt.Errorf("go env: %w", err)
+	}
+	vals := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	if len(vals) != len(keyEnv) {
+		return "", "", fmt.Errorf("go env printed %d lines for %d variables", len(vals), len(keyEnv))
+	}
+	for i, k := range keyEnv {
+		fmt.Fprintf(&desc, "%s=%s\n", k, vals[i])
+	}
+	var files []string
+	err = filepath.WalkDir(mod, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			rel, _ := filepath.Rel(mod, path)
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		return "", "", fmt.Errorf("reading %s: %w", mod, err)
+	}
+	sort.Strings(files)
+	for _, rel := range files {
+		b, err := os.ReadFile(filepath.Join(mod, rel))
+		if err != nil {
+			return "", "", err
+		}
+		fmt.Fprintf(&desc, "file %s %x\n", rel, sha256.Sum256(b))
+	}
+	// The description names every input, so its hash is the key.
+	sum := sha256.Sum256([]byte(desc.String()))
+	return hex.EncodeToString(sum[:8]), desc.String(), nil
+}
+
+// Ensure returns the binaries for the current key, building them first if
+// the cache lacks them. Processes take turns on the cache's lock file, so
+// that of parallel test processes only one builds and the others wait for
+// it and then use its result. logf reports progress (nil: quiet).
+func Ensure(logf func(format string, args ...any)) (Set, error) {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	key, inputs, err := Key()
+	if err != nil {
+		return Set{}, err
+	}
+	root := CacheDir()
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return Set{}, err
+	}
+	unlock, err := lock(filepath.Join(root, "build.lock"))
+	if err != nil {
+		return Set{}, err
+	}
+	defer unlock()
+
+	set := Set{Dir: filepath.Join(root, key), Key: key}
+	if !complete(set) {
+		if err := build(root, set, inputs, logf); err != nil {
+			return Set{}, err
+		}
+	}
+	now := time.Now()
+	_ = os.Chtimes(set.Dir, now, now) // the last use, for pruning
+	prune(root, key, now, logf)
+	return set, nil
+}
+
+func lock(path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		_ = f.Close()
+	}, nil
+}
+
+// complete reports whether every binary of set is there.
+func complete(set Set) bool {
+	for _, c := range Commands {
+		if st, err := os.Stat(set.Path(c)); err != nil || !st.Mode().IsRegular() {
+			return false
+		}
+	}
+	return true
+}
+
+func build(root string, set Set, inputs string, logf func(string, ...any)) error {
+	// A key directory that is incomplete was damaged by hand: start over.
+	if err := os.RemoveAll(set.Dir); err != nil {
+		return err
+	}
+	tmp := filepath.Join(root, fmt.Sprintf(".tmp-%s-%d", set.Key, os.Getpid()))
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	args := BuildArgs(tmp)
+	logf("building %s (key %s) in %s: go %s", strings.Join(Commands, ", "), set.Key, ModuleDir(), strings.Join(args, " "))
+	start := time.Now()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = ModuleDir()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the cluster binaries: %w\n%s", err, out)
+	}
+	took := time.Since(start).Round(time.Second)
+	if err := os.WriteFile(filepath.Join(tmp, "inputs.txt"), []byte(inputs+fmt.Sprintf("built: %s in %s\n", time.Now().UTC().Format(time.RFC3339), took)), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, set.Dir); err != nil {
+		return err
+	}
+	logf("built the cluster binaries in %s", took)
+	return nil
+}
+
+var keyName = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+// prune removes what the cache no longer needs: interrupted builds, the
+// least recently used keys beyond KeepKeys, keys unused for MaxAge, and the
+// bin/ directory of the old mtime-keyed layout once it is as stale. It only
+// touches names it made, in case the cache directory is shared.
+func prune(root, current string, now time.Time, logf func(string, ...any)) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	type used struct {
+		name string
+		at   time.Time
+	}
+	var keys []used
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || name == current {
+			continue
+		}
+		if strings.HasPrefix(name, ".tmp-") {
+			// We hold the lock: no build is in progress.
+			_ = os.RemoveAll(filepath.Join(root, name))
+			continue
+		}
+		legacy := name == "bin" && fileExists(filepath.Join(root, name, KubeAPIServer))
+		if !keyName.MatchString(name) && !legacy {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		keys = append(keys, used{name, info.ModTime()})
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].at.After(keys[j].at) })
+	for i, k := range keys {
+		if i+1 < KeepKeys && now.Sub(k.at) < MaxAge {
+			continue
+		}
+		logf("pruning cluster binaries %s (last used %s)", k.name, k.at.Format(time.RFC3339))
+		_ = os.RemoveAll(filepath.Join(root, k.name))
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

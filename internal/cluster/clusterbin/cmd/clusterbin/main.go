@@ -1,0 +1,35 @@
+// Command clusterbin builds the cluster-mode test binaries into their
+// content-keyed cache (see package clusterbin) unless they are there, and
+// prints the directory holding them. `make unit` starts it in the
+// background so that the build overlaps with the other tests.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/minilet/minilet/internal/cluster/clusterbin"
+)
+
+func main() {
+	keyOnly := flag.Bool("key", false, "print the cache key and what went into it, and build nothing")
+	flag.Parse()
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("clusterbin: ")
+	if *keyOnly {
+		key, inputs, err := clusterbin.Key()
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("key: %s\n%s", key, inputs)
+		return
+	}
+	set, err := clusterbin.Ensure(log.Printf)
+	if err != nil {
+		log.Print(err)
+		os.Exit(1)
+	}
+	fmt.Println(set.Dir)
+}

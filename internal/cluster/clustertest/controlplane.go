@@ -1,0 +1,146 @@
+package clustertest
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/minilet/minilet/internal/cluster/clusterbin"
+)
+
+// startComponents starts kube-controller-manager and kube-scheduler as a
+// real cluster runs them: each with its own identity (a client certificate
+// for system:kube-controller-manager or system:kube-scheduler, which the
+// API server's bootstrap RBAC policy grants what they need), serving HTTPS
+// on a free loopback port with a certificate of the harness CA, checking
+// requests to it against the API server (authentication and authorization
+// kubeconfigs), and with leader election as by default. It waits until both
+// answer /healthz.
+func (s *Server) startComponents() {
+	s.t.Helper()
+	kcm := s.component(clusterbin.ControllerManager, "system:kube-controller-manager",
+		// Controllers act under their own service accounts, whose tokens
+		// the API server issues and checks with sa.key.
+		"--use-service-account-credentials",
+		"--service-account-private-key-file", filepath.Join(s.dir, "sa.key"),
+		// kube-root-ca.crt in every namespace, and the CA in token secrets.
+		"--root-ca-file", s.CAFile,
+		// The CSR signer (kubernetes.io/kube-apiserver-client-kubelet and
+		// the other built-in signers) signs with the cluster CA.
+		"--cluster-signing-cert-file", s.CAFile,
+		"--cluster-signing-key-file", filepath.Join(s.dir, "ca.key"),
+		"--service-cluster-ip-range", "10.0.0.0/24",
+	)
+	sched := s.component(clusterbin.Scheduler, "system:kube-scheduler")
+	for _, c := range []*component{kcm, sched} {
+		s.waitHTTP(c.name, c.p, c.healthz, c.client)
+	}
+}
+
+type component struct {
+	name    string
+	p       *proc
+	healthz string
+	client  *http.Client
+}
+
+// component starts binary name as user cn with the flags every component
+// takes, plus extra.
+func (s *Server) component(name, cn string, extra ...string) *component {
+	s.t.Helper()
+	kc := s.CertKubeconfig(name, cn)
+	crt, key, err := s.ca.issue(name, nil, true)
+	check(s.t, err, "serving certificate for %s", name)
+	crtPath, keyPath := filepath.Join(s.dir, name+"-serving.crt"), filepath.Join(s.dir, name+"-serving.key")
+	check(s.t, os.WriteFile(crtPath, crt, 0o644), "writing serving cert")
+	check(s.t, os.WriteFile(keyPath, key, 0o600), "writing serving key")
+	port := freePort(s.t)
+	args := append([]string{
+		"--kubeconfig", kc,
+		"--authentication-kubeconfig", kc,
+		"--authorization-kubeconfig", kc,
+		"--bind-address", "127.0.0.1",
+		"--secure-port", strconv.Itoa(port),
+		"--tls-cert-file", crtPath,
+		"--tls-private-key-file", keyPath,
+	}, extra...)
+	p := s.run(s.bins.Path(name), args, name+".log")
+	s.mu.Lock()
+	s.comps = append(s.comps, p)
+	s.mu.Unlock()
+	pool := x509.NewCertPool()
+	pool.AddCert(s.ca.cert)
+	return &component{
+		name:    name,
+		p:       p,
+		healthz: fmt.Sprintf("https://127.0.0.1:%d/healthz", port),
+		client: &http.Client{
+			Timeout:   5 * time.Second,
+			Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+		},
+	}
+}
+
+func (s *Server) stopComponents() {
+	s.mu.Lock()
+	comps := s.comps
+	s.comps = nil
+	s.mu.Unlock()
+	for _, p := range comps {
+		p.stop()
+	}
+}
+
+// WaitNamespaceReady waits until namespace ns has the default
+// ServiceAccount and the kube-root-ca.crt ConfigMap, which the
+// controller-manager creates in every namespace (Options.ControlPlane).
+func (s *Server) WaitNamespaceReady(ns string) {
+	s.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(90 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		_, err := s.Admin.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		if err == nil {
+			_, err = s.Admin.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		}
+		if err == nil {
+			return
+		}
+		last = err.Error()
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.t.Fatalf("namespace %s: no default ServiceAccount and kube-root-ca.crt after 90s: %s", ns, last)
+}
+
+// AdminKubeconfig writes (once) and returns a kubeconfig with system:masters
+// rights, for kubectl and other clients run as processes.
+func (s *Server) AdminKubeconfig() string {
+	s.t.Helper()
+	path := filepath.Join(s.dir, "admin.kubeconfig")
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	return s.writeKubeconfig("admin", "    token: "+s.admin+"\n")
+}
+
+// Kubectl runs the upstream kubectl as the admin against the server and
+// returns its combined output.
+func (s *Server) Kubectl(args ...string) (string, error) {
+	s.t.Helper()
+	cmd := exec.Command(s.bins.Path(clusterbin.Kubectl), append([]string{"--kubeconfig", s.AdminKubeconfig()}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %v: %w", args, err)
+	}
+	return string(out), nil
+}
