@@ -29,7 +29,7 @@ func TestKeyFollowsContentNotModTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"GOVERSION=go", "GOARCH=", "command: go build -trimpath", "file etcd/main.go "} {
+		for _, want := range []string{"GOVERSION=go", "GOARCH=", "command: go build -ldflags=-s -w", "file etcd/main.go "} {
 			if !strings.Contains(desc, want) {
 				t.Errorf("key inputs lack %q:\n%s", want, desc)
 			}
