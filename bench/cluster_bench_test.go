@@ -46,7 +46,7 @@ func BenchmarkClusterPodStartup(b *testing.B) {
 	srv := clustertest.Start(b, clustertest.Options{})
 	a := harness.New(b)
 	a.NodeName = fmt.Sprintf("bench-%d", time.Now().UnixNano()%1e6)
-	a.ExtraArgs = []string{"--kubeconfig", srv.NodeKubeconfig(a.NodeName), "--log-level", "info"}
+	a.ExtraArgs = append(srv.AgentArgs(a.NodeName), "--log-level", "info")
 	a.Start()
 	b.Cleanup(func() { saveAgentLog(b, a) })
 	ctx := context.Background()
@@ -170,7 +170,7 @@ func BenchmarkClusterCrashLoopEvents(b *testing.B) {
 	srv := clustertest.Start(b, clustertest.Options{})
 	a := harness.New(b)
 	a.NodeName = fmt.Sprintf("crash-%d", time.Now().UnixNano()%1e6)
-	a.ExtraArgs = []string{"--kubeconfig", srv.NodeKubeconfig(a.NodeName), "--log-level", "info"}
+	a.ExtraArgs = append(srv.AgentArgs(a.NodeName), "--log-level", "info")
 	a.Start()
 	ctx := context.Background()
 	user := "system:node:" + a.NodeName

@@ -39,6 +39,10 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := os.MkdirAll(cfg.RootDir, 0o750); err != nil {
 		return fmt.Errorf("--root-dir %s: %w", cfg.RootDir, err)
 	}
+	if len(cfg.Ignored) > 0 {
+		log.Warn("the configuration file sets fields minilet reads but does not act on; they have no effect",
+			"file", cfg.File, "fields", cfg.Ignored)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	bg := newBackground(ctx)
 	// Runs last: whatever returns early, the goroutines end first.
@@ -188,13 +192,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// PLEG watches the runtime for containers that start and die.
 	relister := pleg.New(pleg.Config{Lister: rm, Clock: clk, Logger: log, Changes: runtimeChanges(cri)})
 
-	// The read-only port is bound now: the node reports it.
+	// The API's ports are bound now: the node reports the HTTPS one.
 	api, err := listenAPI(cfg)
 	if err != nil {
 		return err
 	}
+	served := false
+	defer func() {
+		if !served {
+			api.close()
+		}
+	}()
 	node := nodestatus.New(nodestatus.Config{
-		NodeName: cfg.NodeName, Addresses: addrs, Port: portOf(api.Addr()),
+		NodeName: cfg.NodeName, Addresses: addrs, Port: portOf(api.secure.Addr()),
 		RuntimeVersion: runtimeVersion,
 		Resources:      cgroups, Pressure: evictor, PLEG: relister, Runtime: cri, Clock: clk,
 	})
@@ -222,14 +232,15 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 
-	// The HTTP API and the admin socket.
-	srvErr := make(chan error, 2)
+	// The kubelet API and the admin socket.
+	srvErr := make(chan error, 3)
 	if err := serveAPI(ctx, bg, api, apiViews{
 		cfg: cfg, pods: pods, node: node, events: ev.store, cgroups: cgroups,
 		devices: devices, images: imageGC, runtime: cri,
-	}, reg, srvErr, log); err != nil {
+	}, link, reg, srvErr, log); err != nil {
 		return err
 	}
+	served = true
 	if err := serveAdmin(ctx, bg, cfg, cri, srvErr, log); err != nil {
 		return err
 	}

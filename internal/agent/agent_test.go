@@ -35,6 +35,7 @@ func TestRunFailsCleanlyOnABusyPort(t *testing.T) {
 	o.DevicePluginDir = filepath.Join(dir, "plugins")
 	o.HostnameOverride = "agent-test"
 	o.CgroupRoot = "/minilet-agent-test"
+	o.Port = 0 // a free port: the read-only port is the busy one
 	o.ReadOnlyPort = int32(busy.Addr().(*net.TCPAddr).Port)
 	t.Cleanup(func() { removeCgroupTree(t, o.CgroupRoot) })
 	cfg, err := config.Load(o, nil)

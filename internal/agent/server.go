@@ -2,18 +2,22 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	"github.com/minilet/minilet/internal/apiauth"
 	"github.com/minilet/minilet/internal/cm"
 	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/cri/embedded"
@@ -22,41 +26,181 @@ import (
 	"github.com/minilet/minilet/internal/lifecycle"
 	"github.com/minilet/minilet/internal/logs"
 	"github.com/minilet/minilet/internal/nodestatus"
+	"github.com/minilet/minilet/internal/pki"
 	"github.com/minilet/minilet/internal/server"
 	"github.com/minilet/minilet/internal/store"
 )
 
-// listenAPI binds the read-only port (--address:--read-only-port; port 0
-// picks a free one).
-func listenAPI(cfg *config.Config) (net.Listener, error) {
-	addr := net.JoinHostPort(ipString(cfg.Address), strconv.Itoa(cfg.ReadOnlyPort))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--read-only-port: listening on %s: %w", addr, err)
-	}
-	return ln, nil
+// listeners are the kubelet API's sockets, bound before the node status
+// is built because the node reports the HTTPS port.
+type listeners struct {
+	secure   net.Listener // --address:--port
+	readOnly net.Listener // --address:--read-only-port; nil when 0
 }
 
-// serveAPI serves the read-only API on ln and records its address in
-// <root-dir>/minilet.addr for the CLI. A server that fails reports on errc.
-func serveAPI(ctx context.Context, bg *background, ln net.Listener, v apiViews, reg *prometheus.Registry, errc chan<- error, log *slog.Logger) error {
-	locator := logs.Locator{Pods: v.pods.List, Root: filepath.Join(v.cfg.RootDir, "logs")}
-	srv := server.New(server.Config{
+// listenAPI binds the HTTPS port and, unless it is 0, the read-only port.
+func listenAPI(cfg *config.Config) (listeners, error) {
+	var l listeners
+	listen := func(flag string, port int) (net.Listener, error) {
+		addr := net.JoinHostPort(ipString(cfg.Address), strconv.Itoa(port))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: listening on %s: %w", flag, addr, err)
+		}
+		return ln, nil
+	}
+	var err error
+	if l.secure, err = listen(config.FlagPort, cfg.Port); err != nil {
+		return l, err
+	}
+	if cfg.ReadOnlyPort != 0 {
+		if l.readOnly, err = listen(config.FlagReadOnlyPort, cfg.ReadOnlyPort); err != nil {
+			_ = l.secure.Close()
+			return l, err
+		}
+	}
+	return l, nil
+}
+
+// close releases both sockets (on an early return before serving).
+func (l listeners) close() {
+	for _, ln := range []net.Listener{l.secure, l.readOnly} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+// serveAPI serves the kubelet API over TLS on the secure port, behind
+// authentication and authorization, and the read-only subset on the
+// read-only port. It records the HTTPS URL in <root-dir>/minilet.addr and
+// the serving certificate under <root-dir>/pki for the CLI. A server that
+// fails reports on errc.
+func serveAPI(ctx context.Context, bg *background, l listeners, v apiViews, link *clusterLink, reg *prometheus.Registry, errc chan<- error, log *slog.Logger) error {
+	cfg := v.cfg
+	tlsConfig, err := servingTLS(cfg, v.node.Node, log)
+	if err != nil {
+		return err
+	}
+	localCA, err := pki.EnsureLocalAdmin(pki.Dir(cfg.RootDir))
+	if err != nil {
+		return fmt.Errorf("the local client certificate under --root-dir: %w", err)
+	}
+	var clients apiauth.Clients
+	if link != nil {
+		c := link.cluster.Client()
+		clients = apiauth.Clients{Tokens: c.AuthenticationV1(), Access: c.AuthorizationV1()}
+	}
+	auth, err := apiauth.New(apiauth.Config{
+		NodeName:        cfg.NodeName,
+		ClientCAFile:    cfg.ClientCAFile,
+		Anonymous:       cfg.AnonymousAuth,
+		Webhook:         cfg.WebhookAuthn,
+		WebhookCacheTTL: cfg.WebhookAuthnCacheTTL,
+		Mode:            cfg.AuthorizationMode,
+		AuthorizedTTL:   cfg.AuthorizedTTL,
+		UnauthorizedTTL: cfg.UnauthorizedTTL,
+		LocalCA:         localCA,
+		Logger:          log,
+	}, clients)
+	if err != nil {
+		return fmt.Errorf("kubelet API: %w", err)
+	}
+	bg.run(auth.Run)
+
+	locator := logs.Locator{Pods: v.pods.List, Root: filepath.Join(cfg.RootDir, "logs")}
+	scfg := server.Config{
 		Pods: v, Node: v, Events: v, Logs: locator, Running: locator, Stats: v, Devices: v, Images: v,
 		Gatherer: reg,
+		Configz:  configz(cfg),
+		Auth:     auth,
 		Logger:   log,
-	})
-	if err := server.WriteAddrFile(v.cfg.RootDir, ln.Addr().String()); err != nil {
-		_ = ln.Close()
+	}
+	secure := tls.NewListener(l.secure, tlsConfig)
+	if err := server.WriteAddrFile(cfg.RootDir, "https://"+l.secure.Addr().String()); err != nil {
 		return fmt.Errorf("recording the API address under --root-dir: %w", err)
 	}
-	log.Info("serving the read-only API", "address", ln.Addr().String())
-	bg.run(func(ctx context.Context) {
-		if err := srv.Serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) {
-			errc <- fmt.Errorf("HTTP API: %w", err)
-		}
-	})
+	log.Info("serving the kubelet API", "address", "https://"+l.secure.Addr().String(),
+		"authentication", authnSummary(cfg), "authorization", cfg.AuthorizationMode)
+	serve := func(name string, srv *server.Server, ln net.Listener) {
+		bg.run(func(ctx context.Context) {
+			if err := srv.Serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	serve("kubelet API", server.New(scfg), secure)
+	if l.readOnly != nil {
+		log.Info("serving the read-only API", "address", "http://"+l.readOnly.Addr().String())
+		serve("read-only API", server.NewReadOnly(scfg), l.readOnly)
+	}
 	return nil
+}
+
+// configz is the configuration the agent runs with, as /configz shows it.
+func configz(cfg *config.Config) any {
+	raw := cfg.Raw
+	raw.APIVersion, raw.Kind = config.APIVersion, config.Kind
+	return raw
+}
+
+// servingTLS is the HTTPS API's TLS configuration: --tls-cert-file, else
+// a self-signed certificate under <root-dir>/pki for the node's name and
+// addresses. Client certificates are asked for, not required: the
+// authenticator checks them (or a bearer token) per request.
+func servingTLS(cfg *config.Config, node func() *v1.Node, log *slog.Logger) (*tls.Config, error) {
+	certFile, keyFile := cfg.TLSCertFile, cfg.TLSPrivateKeyFile
+	dir := pki.Dir(cfg.RootDir)
+	if certFile == "" {
+		var ips []net.IP
+		if n := node(); n != nil {
+			for _, a := range n.Status.Addresses {
+				if ip := net.ParseIP(a.Address); ip != nil {
+					ips = append(ips, ip)
+				}
+			}
+		}
+		ips = append(ips, net.IPv4(127, 0, 0, 1), net.IPv6loopback)
+		var err error
+		certFile, keyFile, err = pki.EnsureServing(dir, cfg.NodeName, ips, []string{"localhost"})
+		if err != nil {
+			return nil, fmt.Errorf("serving certificate under --root-dir: %w", err)
+		}
+		log.Debug("serving a self-signed certificate", "cert", certFile)
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert-file %s / --tls-private-key-file %s: %w", certFile, keyFile, err)
+	}
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert-file: %w", err)
+	}
+	if err := pki.WritePin(dir, certPEM); err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion:   cfg.TLSMinVersion,
+		Certificates: []tls.Certificate{pair},
+		ClientAuth:   tls.RequestClientCert,
+		// Upgraded streams (exec, attach, port-forward) need HTTP/1.1.
+		NextProtos: []string{"http/1.1"},
+	}, nil
+}
+
+// authnSummary names the accepted credentials, for the start-up log.
+func authnSummary(cfg *config.Config) string {
+	parts := []string{"local client certificate"}
+	if cfg.ClientCAFile != "" {
+		parts = append(parts, "client certificates of "+cfg.ClientCAFile)
+	}
+	if cfg.WebhookAuthn {
+		parts = append(parts, "TokenReview")
+	}
+	if cfg.AnonymousAuth {
+		parts = append(parts, "anonymous")
+	}
+	return strings.Join(parts, ", ")
 }
 
 // archiveLoader is a runtime that can import image archives (the embedded

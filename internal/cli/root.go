@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/minilet/minilet/internal/pki"
 	"github.com/minilet/minilet/internal/server"
 )
 
@@ -25,7 +26,7 @@ import (
 const DefaultRootDir = "/var/lib/minilet"
 
 // DefaultServer is used when neither --server nor an address file is given.
-const DefaultServer = "http://127.0.0.1:10255"
+const DefaultServer = "https://127.0.0.1:10250"
 
 // Version is the minilet version, set at build time with
 // -ldflags "-X github.com/minilet/minilet/internal/cli.Version=v0.1.0".
@@ -37,7 +38,9 @@ type Options struct {
 	// Now returns the current time, for AGE columns. Default time.Now.
 	Now func() time.Time
 	// HTTPClient talks to the agent. Default: a client without timeout
-	// (logs -f streams).
+	// (logs -f streams) that, for an https server, presents the local
+	// admin's certificate from <root-dir>/pki and pins the agent's
+	// serving certificate.
 	HTTPClient *http.Client
 }
 
@@ -48,9 +51,6 @@ type Options struct {
 func AddCommands(root *cobra.Command, opts Options) {
 	if opts.Now == nil {
 		opts.Now = time.Now
-	}
-	if opts.HTTPClient == nil {
-		opts.HTTPClient = &http.Client{}
 	}
 	pf := root.PersistentFlags()
 	if pf.Lookup("server") == nil {
@@ -80,11 +80,11 @@ func (e *env) now() time.Time { return e.opts.Now() }
 // client resolves the server URL from the command's flags.
 func (e *env) client(cmd *cobra.Command) (*client, error) {
 	base, _ := cmd.Flags().GetString("server")
+	rootDir, _ := cmd.Flags().GetString("root-dir")
+	if rootDir == "" {
+		rootDir = DefaultRootDir
+	}
 	if base == "" {
-		rootDir, _ := cmd.Flags().GetString("root-dir")
-		if rootDir == "" {
-			rootDir = DefaultRootDir
-		}
 		u, err := server.ReadAddrFile(rootDir)
 		switch {
 		case err == nil:
@@ -96,9 +96,23 @@ func (e *env) client(cmd *cobra.Command) (*client, error) {
 		}
 	}
 	if !strings.Contains(base, "://") {
-		base = "http://" + base
+		base = "https://" + base
 	}
-	return &client{base: strings.TrimRight(base, "/"), http: e.opts.HTTPClient}, nil
+	hc := e.opts.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+		if strings.HasPrefix(base, "https://") {
+			tc, err := pki.ClientTLS(pki.Dir(rootDir))
+			if err != nil {
+				if errors.Is(err, os.ErrPermission) {
+					return nil, fmt.Errorf("the agent's API needs its local client certificate, readable by root only: %w", err)
+				}
+				return nil, fmt.Errorf("the agent's API at %s: %w (is minilet running with --root-dir %s?)", base, err, rootDir)
+			}
+			hc.Transport = &http.Transport{TLSClientConfig: tc}
+		}
+	}
+	return &client{base: strings.TrimRight(base, "/"), http: hc}, nil
 }
 
 // printObject writes v as JSON or YAML for -o json|yaml.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -98,6 +99,7 @@ func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.
 
 	errs = append(errs, validateRanges(kc)...)
 	errs = append(errs, buildIdentity(c, kc, o)...)
+	errs = append(errs, buildServer(c, kc)...)
 
 	var rerrs field.ErrorList
 	c.KubeReserved, rerrs = parseReserved(kc.KubeReserved, field.NewPath("kubeReserved"))
@@ -163,6 +165,9 @@ func validateRanges(kc *kubeletv1beta1.KubeletConfiguration) field.ErrorList {
 	if p := kc.ReadOnlyPort; p < 0 || p > 65535 {
 		errs = append(errs, field.Invalid(field.NewPath("readOnlyPort"), p, "must be between 0 and 65535"))
 	}
+	if p := kc.Port; p < 0 || p > 65535 {
+		errs = append(errs, field.Invalid(field.NewPath("port"), p, "must be between 0 (pick a free port) and 65535"))
+	}
 	if n := *kc.ContainerLogMaxFiles; n < 2 {
 		errs = append(errs, field.Invalid(field.NewPath("containerLogMaxFiles"), n, "must be greater than 1"))
 	}
@@ -215,6 +220,37 @@ func buildIdentity(c *Config, kc *kubeletv1beta1.KubeletConfiguration, o *Option
 	}
 	if u := kc.StaticPodURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 		errs = append(errs, field.Invalid(field.NewPath("staticPodURL"), u, "must be an http or https URL"))
+	}
+	return errs
+}
+
+// buildServer takes the HTTPS API's settings: TLS files, authentication
+// and authorization.
+func buildServer(c *Config, kc *kubeletv1beta1.KubeletConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	c.Port = int(kc.Port)
+	c.TLSCertFile, c.TLSPrivateKeyFile = kc.TLSCertFile, kc.TLSPrivateKeyFile
+	if (c.TLSCertFile == "") != (c.TLSPrivateKeyFile == "") {
+		errs = append(errs, field.Required(field.NewPath("tlsPrivateKeyFile"), "tlsCertFile and tlsPrivateKeyFile (--tls-cert-file, --tls-private-key-file) go together"))
+	}
+	c.TLSMinVersion = tls.VersionTLS12
+	switch kc.TLSMinVersion {
+	case "", "VersionTLS12":
+	case "VersionTLS13":
+		c.TLSMinVersion = tls.VersionTLS13
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("tlsMinVersion"), kc.TLSMinVersion, []string{"VersionTLS12", "VersionTLS13"}))
+	}
+	authn, authz := kc.Authentication, kc.Authorization
+	c.ClientCAFile = authn.X509.ClientCAFile
+	c.AnonymousAuth = *authn.Anonymous.Enabled
+	c.WebhookAuthn = *authn.Webhook.Enabled
+	c.WebhookAuthnCacheTTL = authn.Webhook.CacheTTL.Duration
+	c.AuthorizationMode = string(authz.Mode)
+	c.AuthorizedTTL = authz.Webhook.CacheAuthorizedTTL.Duration
+	c.UnauthorizedTTL = authz.Webhook.CacheUnauthorizedTTL.Duration
+	if m := authz.Mode; m != kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow && m != kubeletv1beta1.KubeletAuthorizationModeWebhook {
+		errs = append(errs, field.NotSupported(field.NewPath("authorization", "mode"), m, []string{"AlwaysAllow", "Webhook"}))
 	}
 	return errs
 }

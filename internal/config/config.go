@@ -2,8 +2,8 @@
 // a KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file given with
 // --config, overridden by the flags explicitly set on the command line,
 // with the kubelet's defaults for every unset field (and minilet's own
-// defaults where they differ: address 127.0.0.1, readOnlyPort 10255,
-// cgroupRoot /minilet). The result, Config, holds typed values (durations,
+// defaults where they differ: standalone, address 127.0.0.1 and no
+// authentication webhook nor authorization webhook; cgroupRoot /minilet). The result, Config, holds typed values (durations,
 // resource lists, parsed eviction thresholds) and has been validated.
 package config
 
@@ -48,9 +48,21 @@ type Config struct {
 	ImageServiceEndpoint     string        // "" = same as the runtime
 	RuntimeRequestTimeout    time.Duration // default 2m
 
-	// Server.
-	Address      net.IP // address / --address; default 127.0.0.1
-	ReadOnlyPort int    // readOnlyPort / --read-only-port; default 10255; 0 = pick a free port
+	// The kubelet API.
+	Address           net.IP // address / --address; default 127.0.0.1 standalone, 0.0.0.0 in cluster mode
+	Port              int    // port / --port: the authenticated HTTPS API; default 10250; 0 = pick a free port
+	ReadOnlyPort      int    // readOnlyPort / --read-only-port; default 10255 standalone, 0 (off) in cluster mode
+	TLSCertFile       string // tlsCertFile / --tls-cert-file; "" = self-signed under <root-dir>/pki
+	TLSPrivateKeyFile string // tlsPrivateKeyFile / --tls-private-key-file
+	TLSMinVersion     uint16 // tlsMinVersion; default (and at least) TLS 1.2
+	// Authentication and authorization of the HTTPS API.
+	ClientCAFile         string        // authentication.x509.clientCAFile / --client-ca-file
+	AnonymousAuth        bool          // authentication.anonymous.enabled / --anonymous-auth; default false
+	WebhookAuthn         bool          // authentication.webhook.enabled / --authentication-token-webhook; default true in cluster mode
+	WebhookAuthnCacheTTL time.Duration // authentication.webhook.cacheTTL; default 2m
+	AuthorizationMode    string        // authorization.mode / --authorization-mode; default Webhook in cluster mode, else AlwaysAllow
+	AuthorizedTTL        time.Duration // authorization.webhook.cacheAuthorizedTTL; default 5m
+	UnauthorizedTTL      time.Duration // authorization.webhook.cacheUnauthorizedTTL; default 30s
 
 	// Node status.
 	NodeStatusUpdateFrequency time.Duration // default 10s
@@ -92,4 +104,8 @@ type Config struct {
 	EventRecordQPS       int   // default 50
 	EventBurst           int   // default 100
 	LogLevel             slog.Level
+
+	// Ignored lists the configuration file's fields minilet reads but does
+	// not act on; the agent warns about each at start.
+	Ignored []string
 }

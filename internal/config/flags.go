@@ -29,7 +29,14 @@ type Options struct {
 	ManifestURLHeader        []string          // staticPodURLHeader, "Key:Value" items
 	ContainerRuntimeEndpoint string            // containerRuntimeEndpoint
 	Address                  string            // address
+	Port                     int32             // port
 	ReadOnlyPort             int32             // readOnlyPort
+	TLSCertFile              string            // tlsCertFile
+	TLSPrivateKeyFile        string            // tlsPrivateKeyFile
+	ClientCAFile             string            // authentication.x509.clientCAFile
+	AnonymousAuth            bool              // authentication.anonymous.enabled
+	AuthenticationWebhook    bool              // authentication.webhook.enabled
+	AuthorizationMode        string            // authorization.mode
 	CgroupRoot               string            // cgroupRoot
 	CgroupsPerQOS            bool              // cgroupsPerQOS
 	CgroupDriver             string            // cgroupDriver
@@ -56,6 +63,13 @@ const (
 	FlagContainerRuntimeEndpoint = "container-runtime-endpoint"
 	FlagAddress                  = "address"
 	FlagReadOnlyPort             = "read-only-port"
+	FlagPort                     = "port"
+	FlagTLSCertFile              = "tls-cert-file"
+	FlagTLSPrivateKeyFile        = "tls-private-key-file"
+	FlagClientCAFile             = "client-ca-file"
+	FlagAnonymousAuth            = "anonymous-auth"
+	FlagAuthenticationWebhook    = "authentication-token-webhook"
+	FlagAuthorizationMode        = "authorization-mode"
 	FlagDevicePluginDir          = "device-plugin-dir"
 	FlagCgroupRoot               = "cgroup-root"
 	FlagCgroupsPerQOS            = "cgroups-per-qos"
@@ -83,6 +97,8 @@ const (
 	DefaultRootDir         = "/var/lib/minilet"
 	DefaultDevicePluginDir = "/var/lib/kubelet/device-plugins"
 	DefaultAddress         = "127.0.0.1"
+	DefaultClusterAddress  = "0.0.0.0"
+	DefaultPort            = 10250
 	DefaultReadOnlyPort    = 10255
 	// DefaultCgroupRoot keeps minilet's cgroups apart from a kubelet's or
 	// systemd's on the same machine (the kubelet's default is "/").
@@ -98,8 +114,15 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.ManifestURL, FlagManifestURL, "", "URL serving static pod manifests (a Pod or PodList)")
 	fs.StringSliceVar(&o.ManifestURLHeader, FlagManifestURLHeader, nil, "HTTP headers for --manifest-url, as 'Key:Value' (repeat or comma-separate)")
 	fs.StringVar(&o.ContainerRuntimeEndpoint, FlagContainerRuntimeEndpoint, "", "CRI endpoint, e.g. unix:///run/containerd/containerd.sock; empty = the embedded runtime")
-	fs.StringVar(&o.Address, FlagAddress, DefaultAddress, "IP address the read-only HTTP server listens on")
-	fs.Int32Var(&o.ReadOnlyPort, FlagReadOnlyPort, DefaultReadOnlyPort, "port of the read-only HTTP server; 0 picks a free port")
+	fs.StringVar(&o.Address, FlagAddress, DefaultAddress, "IP address the kubelet API listens on (default "+DefaultClusterAddress+" with --kubeconfig)")
+	fs.Int32Var(&o.Port, FlagPort, DefaultPort, "port of the authenticated HTTPS kubelet API; 0 picks a free port")
+	fs.Int32Var(&o.ReadOnlyPort, FlagReadOnlyPort, DefaultReadOnlyPort, "port of the unauthenticated read-only HTTP API (pods, stats, metrics, healthz); 0 disables it (the default with --kubeconfig)")
+	fs.StringVar(&o.TLSCertFile, FlagTLSCertFile, "", "serving certificate of the HTTPS API (with intermediates); empty = self-signed, kept under <root-dir>/pki")
+	fs.StringVar(&o.TLSPrivateKeyFile, FlagTLSPrivateKeyFile, "", "private key of --tls-cert-file")
+	fs.StringVar(&o.ClientCAFile, FlagClientCAFile, "", "CA bundle that signs the client certificates the HTTPS API accepts")
+	fs.BoolVar(&o.AnonymousAuth, FlagAnonymousAuth, false, "let unauthenticated requests reach the HTTPS API as system:anonymous")
+	fs.BoolVar(&o.AuthenticationWebhook, FlagAuthenticationWebhook, false, "check bearer tokens with the API server's TokenReview (default true with --kubeconfig)")
+	fs.StringVar(&o.AuthorizationMode, FlagAuthorizationMode, "", "AlwaysAllow or Webhook (SubjectAccessReview); default Webhook with --kubeconfig, else AlwaysAllow")
 	fs.StringVar(&o.DevicePluginDir, FlagDevicePluginDir, DefaultDevicePluginDir, "directory holding the device plugin registration socket")
 	fs.StringVar(&o.CgroupRoot, FlagCgroupRoot, DefaultCgroupRoot, "cgroup under which pod cgroups are created (minilet's default differs from the kubelet's '/')")
 	fs.BoolVar(&o.CgroupsPerQOS, FlagCgroupsPerQOS, true, "create the QoS cgroup hierarchy (guaranteed at the root, burstable, besteffort)")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -43,8 +44,11 @@ func Load(o *Options, fs *pflag.FlagSet) (*Config, error) {
 	if err := applyFlags(&kc, o, changed); err != nil {
 		return nil, err
 	}
-	readOnlyPortSet := present["readOnlyPort"] || changed(FlagReadOnlyPort)
-	SetDefaults(&kc, readOnlyPortSet)
+	SetDefaults(&kc, setFields{
+		readOnlyPort: present["readOnlyPort"] || changed(FlagReadOnlyPort),
+		port:         present["port"] || changed(FlagPort),
+		cluster:      o.Kubeconfig != "",
+	})
 
 	cfg, errs := build(&kc, o)
 	if len(errs) > 0 {
@@ -55,6 +59,7 @@ func Load(o *Options, fs *pflag.FlagSet) (*Config, error) {
 		return nil, fmt.Errorf("invalid configuration (%s): %w: %w", where, errs.ToAggregate(), errdefs.ErrInvalidArgument)
 	}
 	cfg.File = o.ConfigFile
+	cfg.Ignored = ignoredFields(present)
 	return cfg, nil
 }
 
@@ -121,6 +126,27 @@ func applyFlags(kc *kubeletv1beta1.KubeletConfiguration, o *Options, changed fun
 	}
 	if changed(FlagReadOnlyPort) {
 		kc.ReadOnlyPort = o.ReadOnlyPort
+	}
+	if changed(FlagPort) {
+		kc.Port = o.Port
+	}
+	if changed(FlagTLSCertFile) {
+		kc.TLSCertFile = o.TLSCertFile
+	}
+	if changed(FlagTLSPrivateKeyFile) {
+		kc.TLSPrivateKeyFile = o.TLSPrivateKeyFile
+	}
+	if changed(FlagClientCAFile) {
+		kc.Authentication.X509.ClientCAFile = o.ClientCAFile
+	}
+	if changed(FlagAnonymousAuth) {
+		kc.Authentication.Anonymous.Enabled = ptr(o.AnonymousAuth)
+	}
+	if changed(FlagAuthenticationWebhook) {
+		kc.Authentication.Webhook.Enabled = ptr(o.AuthenticationWebhook)
+	}
+	if changed(FlagAuthorizationMode) {
+		kc.Authorization.Mode = kubeletv1beta1.KubeletAuthorizationMode(o.AuthorizationMode)
 	}
 	if changed(FlagCgroupRoot) {
 		kc.CgroupRoot = o.CgroupRoot
@@ -213,11 +239,19 @@ func DefaultEvictionHard() map[string]string {
 	}
 }
 
+// setFields says which fields whose zero value means something were set
+// by the file or a flag, and whether the agent joins a cluster.
+type setFields struct {
+	readOnlyPort, port, cluster bool
+}
+
 // SetDefaults fills unset fields of kc with the kubelet's v1beta1 defaults
-// for the fields minilet uses, and minilet's own where they differ
-// (address, readOnlyPort, cgroupRoot). readOnlyPortSet says whether a 0
-// readOnlyPort was asked for (0 = pick a free port) rather than left unset.
-func SetDefaults(kc *kubeletv1beta1.KubeletConfiguration, readOnlyPortSet bool) {
+// for the fields minilet uses, and minilet's own where they differ. A
+// standalone agent listens on loopback, serves the read-only port and,
+// with no API server to ask, authorizes every authenticated caller; in
+// cluster mode the kubelet's defaults hold (address 0.0.0.0, no read-only
+// port, TokenReview and SubjectAccessReview).
+func SetDefaults(kc *kubeletv1beta1.KubeletConfiguration, set setFields) {
 	dur := func(d *metav1.Duration, def time.Duration) {
 		if d.Duration == 0 {
 			d.Duration = def
@@ -233,10 +267,31 @@ func SetDefaults(kc *kubeletv1beta1.KubeletConfiguration, readOnlyPortSet bool) 
 	dur(&kc.EvictionPressureTransitionPeriod, 5*time.Minute)
 	if kc.Address == "" {
 		kc.Address = DefaultAddress
+		if set.cluster {
+			kc.Address = DefaultClusterAddress
+		}
 	}
-	if kc.ReadOnlyPort == 0 && !readOnlyPortSet {
+	if kc.ReadOnlyPort == 0 && !set.readOnlyPort && !set.cluster {
 		kc.ReadOnlyPort = DefaultReadOnlyPort
 	}
+	if kc.Port == 0 && !set.port {
+		kc.Port = DefaultPort
+	}
+	if kc.Authentication.Anonymous.Enabled == nil {
+		kc.Authentication.Anonymous.Enabled = ptr(false)
+	}
+	if kc.Authentication.Webhook.Enabled == nil {
+		kc.Authentication.Webhook.Enabled = ptr(set.cluster)
+	}
+	dur(&kc.Authentication.Webhook.CacheTTL, 2*time.Minute)
+	if kc.Authorization.Mode == "" {
+		kc.Authorization.Mode = kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow
+		if set.cluster {
+			kc.Authorization.Mode = kubeletv1beta1.KubeletAuthorizationModeWebhook
+		}
+	}
+	dur(&kc.Authorization.Webhook.CacheAuthorizedTTL, 5*time.Minute)
+	dur(&kc.Authorization.Webhook.CacheUnauthorizedTTL, 30*time.Second)
 	if kc.CgroupRoot == "" {
 		kc.CgroupRoot = DefaultCgroupRoot
 	}
@@ -301,3 +356,39 @@ func SetDefaults(kc *kubeletv1beta1.KubeletConfiguration, readOnlyPortSet bool) 
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// honoured are the KubeletConfiguration fields minilet acts on. Any other
+// field a file sets is read, validated by the schema and ignored, and the
+// agent says so at start.
+var honoured = map[string]bool{
+	"apiVersion": true, "kind": true,
+	"address": true, "port": true, "readOnlyPort": true,
+	"tlsCertFile": true, "tlsPrivateKeyFile": true, "tlsMinVersion": true,
+	"authentication": true, "authorization": true,
+	"staticPodPath": true, "staticPodURL": true, "staticPodURLHeader": true,
+	"fileCheckFrequency": true, "httpCheckFrequency": true, "syncFrequency": true,
+	"containerRuntimeEndpoint": true, "runtimeRequestTimeout": true,
+	"nodeStatusUpdateFrequency": true, "nodeStatusReportFrequency": true, "maxPods": true,
+	"cgroupRoot": true, "cgroupsPerQOS": true, "cgroupDriver": true, "podPidsLimit": true,
+	"kubeReserved": true, "systemReserved": true, "enforceNodeAllocatable": true,
+	"evictionHard": true, "evictionSoft": true, "evictionSoftGracePeriod": true,
+	"evictionMinimumReclaim": true, "evictionPressureTransitionPeriod": true,
+	"evictionMaxPodGracePeriod": true, "mergeDefaultEvictionSettings": true,
+	"imageGCHighThresholdPercent": true, "imageGCLowThresholdPercent": true,
+	"imageMinimumGCAge": true, "imageMaximumGCAge": true,
+	"serializeImagePulls": true, "maxParallelImagePulls": true,
+	"eventRecordQPS": true, "eventBurst": true,
+}
+
+// ignoredFields lists, sorted, the fields of present that minilet does not
+// act on.
+func ignoredFields(present map[string]bool) []string {
+	var out []string
+	for k := range present {
+		if !honoured[k] {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

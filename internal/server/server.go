@@ -1,7 +1,10 @@
-// Package server is the agent's read-only HTTP API: pods, node, events,
-// container logs, stats, devices, images, health and metrics, all in
-// ordinary Kubernetes JSON. Errors from the providers are classified with
-// errdefs and translated to HTTP status codes here, and only here.
+// Package server is the agent's kubelet API: pods, node, events, container
+// logs, stats, devices, images, health, configuration and metrics, all in
+// ordinary Kubernetes JSON, behind the kubelet's authentication and
+// authorization (New); and the unauthenticated read-only port, which
+// serves only what the kubelet's read-only port serves (NewReadOnly).
+// Errors from the providers are classified with errdefs and translated to
+// HTTP status codes here, and only here.
 package server
 
 import (
@@ -38,8 +41,14 @@ type Config struct {
 	Stats   SummaryProvider
 	Devices DeviceLister
 	Images  ImageLister
-	// Gatherer is served on /metrics.
+	// Gatherer is served on /metrics, its prober_* families also on
+	// /metrics/probes.
 	Gatherer prometheus.Gatherer
+	// Configz is served on /configz as {"kubeletconfig": Configz}.
+	Configz any
+	// Auth authenticates and authorizes every request of the full API;
+	// nil lets every request through (tests).
+	Auth Guard
 	// Logger receives request errors. Default: discard.
 	Logger *slog.Logger
 	// ShutdownTimeout bounds graceful shutdown. Default DefaultShutdownTimeout.
@@ -49,41 +58,74 @@ type Config struct {
 	LogPollInterval time.Duration
 }
 
-// Server is the HTTP API. Create it with New and run it with Serve.
+// Guard puts authentication and authorization in front of a handler.
+type Guard interface {
+	Wrap(next http.Handler) http.Handler
+}
+
+// Server is an HTTP API. Create it with New or NewReadOnly and run it with
+// Serve.
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	handler http.Handler
 }
 
-// New builds a server from cfg.
+// New builds the full kubelet API, guarded by cfg.Auth.
 func New(cfg Config) *Server {
+	s := newServer(cfg)
+	mux := s.readOnlyMux()
+	mux.HandleFunc("GET /node", s.node)
+	mux.HandleFunc("GET /events", s.events)
+	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
+	mux.HandleFunc("GET /runningpods/", s.runningPods)
+	mux.HandleFunc("GET /configz", s.configz)
+	mux.HandleFunc("GET /devices", s.devices)
+	mux.HandleFunc("GET /images", s.images)
+	s.handler = mux
+	if cfg.Auth != nil {
+		s.handler = cfg.Auth.Wrap(mux)
+	}
+	return s
+}
+
+// NewReadOnly builds the read-only API: what the kubelet's read-only port
+// serves (healthz, pods, stats, metrics), no logs, no exec, no auth.
+func NewReadOnly(cfg Config) *Server {
+	s := newServer(cfg)
+	s.handler = s.readOnlyMux()
+	return s
+}
+
+func newServer(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	return &Server{cfg: cfg, log: cfg.Logger}
+}
+
+// readOnlyMux routes the endpoints both APIs serve.
+func (s *Server) readOnlyMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /pods", s.pods)
-	mux.HandleFunc("GET /node", s.node)
-	mux.HandleFunc("GET /events", s.events)
-	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
 	mux.HandleFunc("GET /stats/summary", s.summary)
-	mux.HandleFunc("GET /devices", s.devices)
-	mux.HandleFunc("GET /images", s.images)
-	if cfg.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /metrics/resource", s.resourceMetrics)
+	if g := s.cfg.Gatherer; g != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics/probes", promhttp.HandlerFor(prefixGatherer{g, "prober_"}, promhttp.HandlerOpts{}))
 	} else {
-		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) { s.notEnabled(w, "metrics") })
+		notEnabled := func(w http.ResponseWriter, _ *http.Request) { s.notEnabled(w, "metrics") }
+		mux.HandleFunc("GET /metrics", notEnabled)
+		mux.HandleFunc("GET /metrics/probes", notEnabled)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
 	})
-	s.handler = mux
-	return s
+	return mux
 }
 
 // Handler returns the server's HTTP handler, for embedding or tests.

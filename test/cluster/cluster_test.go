@@ -31,11 +31,18 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
+	return setupWith(t, clustertest.Options{})
+}
+
+// setupWith is setup with the API server's options (e.g. the full control
+// plane).
+func setupWith(t *testing.T, opts clustertest.Options) *env {
+	t.Helper()
 	clustertest.SkipUnlessEnabled(t)
-	srv := clustertest.Start(t, clustertest.Options{})
+	srv := clustertest.Start(t, opts)
 	a := harness.New(t)
 	a.NodeName = fmt.Sprintf("node-%d", time.Now().UnixNano()%1e6)
-	a.ExtraArgs = []string{"--kubeconfig", srv.NodeKubeconfig(a.NodeName)}
+	a.ExtraArgs = srv.AgentArgs(a.NodeName)
 	a.Start()
 	e := &env{t: t, srv: srv, a: a, ctx: context.Background()}
 	e.eventually("the node registered and Ready", func() (bool, string) {

@@ -23,6 +23,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/minilet/minilet/internal/cri/remote"
+	"github.com/minilet/minilet/internal/pki"
 )
 
 // Deadline is how long a test waits for a condition. It is generous on
@@ -80,7 +81,10 @@ type Agent struct {
 	PluginDir   string
 	NodeName    string
 	ExtraArgs   []string
-	Addr        string // http://host:port once started
+	Addr        string // https://host:port once started
+	// HTTP calls the agent's API as its local admin (client certificate
+	// and pinned serving certificate from RootDir/pki).
+	HTTP *http.Client
 
 	cmd  *exec.Cmd
 	logs *bytes.Buffer
@@ -129,6 +133,7 @@ func (a *Agent) Start() {
 	args := []string{"run",
 		"--root-dir", a.RootDir,
 		"--pod-manifest-path", a.ManifestDir,
+		"--port", "0",
 		"--read-only-port", "0",
 		"--cgroup-root", a.CgroupRoot,
 		"--device-plugin-dir", a.PluginDir,
@@ -157,8 +162,13 @@ func (a *Agent) Start() {
 			}
 			return false, err.Error()
 		}
-		a.Addr = "http://" + strings.TrimSpace(string(b))
-		resp, err := http.Get(a.Addr + "/healthz")
+		a.Addr = strings.TrimSpace(string(b))
+		tc, err := pki.ClientTLS(pki.Dir(a.RootDir))
+		if err != nil {
+			return false, err.Error()
+		}
+		a.HTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+		resp, err := a.HTTP.Get(a.Addr + "/healthz")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -281,7 +291,10 @@ func (a *Agent) RemoveManifest(name string) {
 
 // Get fetches path from the agent's API and decodes JSON into out.
 func (a *Agent) Get(path string, out any) error {
-	resp, err := http.Get(a.Addr + path)
+	if a.HTTP == nil {
+		return fmt.Errorf("GET %s: the agent is not started", path)
+	}
+	resp, err := a.HTTP.Get(a.Addr + path)
 	if err != nil {
 		return err
 	}
@@ -364,9 +377,11 @@ func Eventually(t testing.TB, what string, cond func() (bool, string)) {
 	}
 }
 
-// CLI runs `minilet ARGS --server ADDR` and returns its output.
+// CLI runs `minilet ARGS --root-dir ROOT`, as a user on this machine
+// would (the CLI finds the agent's address and credentials there), and
+// returns its output.
 func (a *Agent) CLI(args ...string) (string, error) {
-	args = append(args, "--server", a.Addr)
+	args = append(args, "--root-dir", a.RootDir)
 	out, err := exec.Command(Binary(a.t), args...).CombinedOutput()
 	return string(out), err
 }

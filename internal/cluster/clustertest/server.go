@@ -20,6 +20,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -104,6 +105,7 @@ func Start(t testing.TB, opts Options) *Server {
 	s.writeFiles(opts)
 	s.startEtcd()
 	s.StartAPIServer()
+	s.grantKubeletAPI()
 	if s.full {
 		s.startComponents()
 	}
@@ -131,6 +133,12 @@ func (s *Server) writeFiles(opts Options) {
 	check(t, os.WriteFile(filepath.Join(s.dir, "apiserver.key"), key, 0o600), "writing key")
 	check(t, writeRSAKey(filepath.Join(s.dir, "sa.key")), "service account key")
 	check(t, os.WriteFile(filepath.Join(s.dir, "ca.key"), ca.keyPEM, 0o600), "writing CA key")
+	// The API server's client certificate for kubelets (logs, exec,
+	// port-forward, the node proxy), as kubeadm makes it.
+	crt, key, err = ca.issue(KubeletClientUser, nil, false)
+	check(t, err, "kubelet client cert")
+	check(t, os.WriteFile(filepath.Join(s.dir, "kubelet-client.crt"), crt, 0o644), "writing cert")
+	check(t, os.WriteFile(filepath.Join(s.dir, "kubelet-client.key"), key, 0o600), "writing key")
 
 	s.admin = randToken()
 	lines := []string{fmt.Sprintf("%s,admin,admin-uid,system:masters", s.admin)}
@@ -187,6 +195,10 @@ func (s *Server) startEtcd() {
 		"--audit-policy-file", filepath.Join(s.dir, "audit-policy.yaml"),
 		"--audit-log-path", filepath.Join(s.dir, "audit.log"),
 		"--profiling=false",
+		"--kubelet-client-certificate", filepath.Join(s.dir, "kubelet-client.crt"),
+		"--kubelet-client-key", filepath.Join(s.dir, "kubelet-client.key"),
+		// As kubeadm sets it: a node's Hostname address need not resolve.
+		"--kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname",
 	}
 }
 
@@ -308,6 +320,33 @@ func (s *Server) bootstrap(ns string) {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		s.t.Fatalf("kube-root-ca.crt in %s: %v", ns, err)
 	}
+}
+
+// KubeletClientUser is the user the API server calls kubelets as.
+const KubeletClientUser = "kube-apiserver-kubelet-client"
+
+// grantKubeletAPI lets the API server's kubelet client use every node
+// subresource, as kubeadm does, through the bootstrap ClusterRole
+// system:kubelet-api-admin.
+func (s *Server) grantKubeletAPI() {
+	s.t.Helper()
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-apiserver-kubelet-api-admin"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: KubeletClientUser}},
+	}
+	_, err := s.Admin.RbacV1().ClusterRoleBindings().Create(context.Background(), crb, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		s.t.Fatalf("binding %s to system:kubelet-api-admin: %v", KubeletClientUser, err)
+	}
+}
+
+// AgentArgs are the flags that join a minilet to this server as node
+// name: its kubeconfig, and the CA of the client certificates the API
+// server presents to the kubelet API.
+func (s *Server) AgentArgs(name string) []string {
+	s.t.Helper()
+	return []string{"--kubeconfig", s.NodeKubeconfig(name), "--client-ca-file", s.CAFile}
 }
 
 // NodeKubeconfig writes a kubeconfig for system:node:<name> (group

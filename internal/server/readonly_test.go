@@ -1,0 +1,128 @@
+package server
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+)
+
+// The read-only port serves what the kubelet's does, and never logs,
+// events or the node's own details.
+func TestReadOnlyServesOnlyTheKubeletsReadOnlyEndpoints(t *testing.T) {
+	f := newFake(t)
+	ts := httptest.NewServer(NewReadOnly(configFor(f)).Handler())
+	defer ts.Close()
+	for _, p := range []string{"/healthz", "/pods", "/metrics", "/metrics/resource", "/metrics/probes"} {
+		if code, body := get(t, ts.URL+p); code != 200 {
+			t.Errorf("%s: %d %s, want 200", p, code, body)
+		}
+	}
+	for _, p := range []string{"/containerLogs/default/web-node1/nginx", "/events", "/node", "/devices", "/images", "/configz", "/runningpods/"} {
+		if code, body := get(t, ts.URL+p); code != 404 || strings.Contains(body, "line one") {
+			t.Errorf("%s on the read-only port: %d %s, want 404", p, code, body)
+		}
+	}
+}
+
+// The full API is behind its guard: whatever it refuses never reaches a
+// handler.
+func TestFullAPIIsGuarded(t *testing.T) {
+	cfg := configFor(newFake(t))
+	cfg.Auth = guardFunc(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer yes" {
+				http.Error(w, "Unauthorized", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	ts := httptest.NewServer(New(cfg).Handler())
+	defer ts.Close()
+	if code, body := get(t, ts.URL+"/containerLogs/default/web-node1/nginx"); code != 401 || strings.Contains(body, "line") {
+		t.Errorf("unauthenticated logs: %d %q", code, body)
+	}
+	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/containerLogs/default/web-node1/nginx", nil)
+	req.Header.Set("Authorization", "Bearer yes")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("authenticated logs: %d", resp.StatusCode)
+	}
+}
+
+type guardFunc func(http.Handler) http.Handler
+
+func (g guardFunc) Wrap(next http.Handler) http.Handler { return g(next) }
+
+// /metrics/resource carries what metrics-server reads, in core-seconds
+// and bytes, stamped with the statistics' time; /metrics/probes only the
+// prober's families.
+func TestResourceAndProbeMetrics(t *testing.T) {
+	f := newFake(t)
+	at := metav1.NewTime(time.Unix(1_800_000_000, 0))
+	ns, ws := uint64(2_500_000_000), uint64(4096)
+	start := metav1.NewTime(time.Unix(1_700_000_000, 0))
+	f.summary = &statsapi.Summary{
+		Node: statsapi.NodeStats{NodeName: "node1",
+			CPU:    &statsapi.CPUStats{Time: at, UsageCoreNanoSeconds: &ns},
+			Memory: &statsapi.MemoryStats{Time: at, WorkingSetBytes: &ws}},
+		Pods: []statsapi.PodStats{{PodRef: statsapi.PodReference{Name: "web", Namespace: "default"},
+			CPU: &statsapi.CPUStats{Time: at, UsageCoreNanoSeconds: &ns},
+			Containers: []statsapi.ContainerStats{{Name: "nginx", StartTime: start,
+				Memory: &statsapi.MemoryStats{Time: at, WorkingSetBytes: &ws}}}}},
+	}
+	cfg := configFor(f)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "prober_probe_total", Help: "x"}),
+		prometheus.NewCounter(prometheus.CounterOpts{Name: "kubelet_other_total", Help: "x"}))
+	cfg.Gatherer = reg
+	ts := httptest.NewServer(New(cfg).Handler())
+	defer ts.Close()
+	_, body := get(t, ts.URL+"/metrics/resource")
+	for _, want := range []string{
+		"node_cpu_usage_seconds_total 2.5 1800000000000\n",
+		"node_memory_working_set_bytes 4096 1800000000000\n",
+		`pod_cpu_usage_seconds_total{namespace="default",pod="web"} 2.5 1800000000000` + "\n",
+		`container_memory_working_set_bytes{container="nginx",namespace="default",pod="web"} 4096 1800000000000` + "\n",
+		`container_start_time_seconds{container="nginx",namespace="default",pod="web"} 1.7e+09` + "\n",
+		"scrape_error 0\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics/resource lacks %q:\n%s", want, body)
+		}
+	}
+	_, body = get(t, ts.URL+"/metrics/probes")
+	if !strings.Contains(body, "prober_probe_total") || strings.Contains(body, "kubelet_other_total") {
+		t.Errorf("/metrics/probes:\n%s", body)
+	}
+	f.summary = nil
+	if _, body = get(t, ts.URL+"/metrics/resource"); !strings.Contains(body, "scrape_error 1\n") {
+		t.Errorf("/metrics/resource without stats:\n%s", body)
+	}
+}
+
+func TestRunningPodsAndConfigz(t *testing.T) {
+	f := newFake(t)
+	cfg := configFor(f)
+	cfg.Configz = map[string]any{"kind": "KubeletConfiguration", "maxPods": 3}
+	ts := httptest.NewServer(New(cfg).Handler())
+	defer ts.Close()
+	if _, body := get(t, ts.URL+"/configz"); !strings.Contains(body, `{"kubeletconfig":{"kind":"KubeletConfiguration","maxPods":3}}`) {
+		t.Errorf("/configz: %s", body)
+	}
+	f.pods[0].Status.ContainerStatuses = []v1.ContainerStatus{{Name: "nginx", Image: "nginx:1", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}
+	if _, body := get(t, ts.URL+"/runningpods/"); !strings.Contains(body, `"containers":[{"name":"nginx","image":"nginx:1"`) {
+		t.Errorf("/runningpods/: %s", body)
+	}
+}
