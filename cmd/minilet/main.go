@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -32,6 +33,11 @@ func main() {
 	root.AddCommand(newRunCommand())
 	cli.AddCommands(root, cli.Options{})
 	if err := root.Execute(); err != nil {
+		// exec passes on the remote command's exit code, as kubectl does.
+		var exit cli.ExitError
+		if errors.As(err, &exit) {
+			os.Exit(exit.Code)
+		}
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}

@@ -236,7 +236,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	srvErr := make(chan error, 3)
 	if err := serveAPI(ctx, bg, api, apiViews{
 		cfg: cfg, pods: pods, node: node, events: ev.store, cgroups: cgroups,
-		devices: devices, images: imageGC, runtime: cri,
+		devices: devices, images: imageGC, runtime: cri, streams: kuberuntime.NewStreams(rm, cri),
 	}, link, reg, srvErr, log); err != nil {
 		return err
 	}

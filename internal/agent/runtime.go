@@ -24,6 +24,7 @@ import (
 type criRuntime interface {
 	kuberuntime.Runtime
 	kuberuntime.Images
+	kuberuntime.StreamingRuntime
 	images.ImageService
 	images.FsInfoer
 	Version(ctx context.Context, apiVersion string) (*runtimeapi.VersionResponse, error)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,6 +24,7 @@ import (
 	"github.com/minilet/minilet/internal/cri/embedded"
 	"github.com/minilet/minilet/internal/devicemanager"
 	"github.com/minilet/minilet/internal/images"
+	"github.com/minilet/minilet/internal/kuberuntime"
 	"github.com/minilet/minilet/internal/lifecycle"
 	"github.com/minilet/minilet/internal/logs"
 	"github.com/minilet/minilet/internal/nodestatus"
@@ -111,6 +113,7 @@ func serveAPI(ctx context.Context, bg *background, l listeners, v apiViews, link
 	locator := logs.Locator{Pods: v.pods.List, Root: filepath.Join(cfg.RootDir, "logs")}
 	scfg := server.Config{
 		Pods: v, Node: v, Events: v, Logs: locator, Running: locator, Stats: v, Devices: v, Images: v,
+		Streams:  streams{v.streams},
 		Gatherer: reg,
 		Configz:  configz(cfg),
 		Auth:     auth,
@@ -249,6 +252,7 @@ type apiViews struct {
 	devices *devicemanager.Manager
 	images  *images.GC
 	runtime criRuntime
+	streams *kuberuntime.Streams
 }
 
 var (
@@ -319,6 +323,25 @@ func (v apiViews) Images(ctx context.Context) ([]server.Image, error) {
 		})
 	}
 	return out, nil
+}
+
+// streams shows the runtime's streaming sessions to the API.
+type streams struct{ s *kuberuntime.Streams }
+
+func (a streams) ExecURL(ctx context.Context, pod *v1.Pod, ctr string, cmd []string, o server.StreamOptions) (*url.URL, error) {
+	return a.s.ExecURL(ctx, pod, ctr, cmd, kuberuntime.StreamOptions(o))
+}
+
+func (a streams) AttachURL(ctx context.Context, pod *v1.Pod, ctr string, o server.StreamOptions) (*url.URL, error) {
+	return a.s.AttachURL(ctx, pod, ctr, kuberuntime.StreamOptions(o))
+}
+
+func (a streams) Run(ctx context.Context, pod *v1.Pod, ctr string, cmd []string) ([]byte, error) {
+	return a.s.Run(ctx, pod, ctr, cmd)
+}
+
+func (a streams) PortForwardURL(ctx context.Context, pod *v1.Pod, ports []int32) (*url.URL, error) {
+	return a.s.PortForwardURL(ctx, pod, ports)
 }
 
 func ipString(ip net.IP) string {

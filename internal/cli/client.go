@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,9 @@ import (
 type client struct {
 	base string
 	http *http.Client
+	// tls is the HTTPS configuration (nil for plain HTTP), for the
+	// upgraded connections of exec and port-forward.
+	tls *tls.Config
 }
 
 // APIError is a non-200 answer from the agent, carrying its Status.

@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -64,6 +65,9 @@ func AddCommands(root *cobra.Command, opts Options) {
 		newGetCommand(env),
 		newDescribeCommand(env),
 		newLogsCommand(env),
+		newExecCommand(env),
+		newAttachCommand(env),
+		newPortForwardCommand(env),
 		newTopCommand(env),
 		newVersionCommand(),
 		newImageCommand(),
@@ -99,10 +103,12 @@ func (e *env) client(cmd *cobra.Command) (*client, error) {
 		base = "https://" + base
 	}
 	hc := e.opts.HTTPClient
+	var tc *tls.Config
 	if hc == nil {
 		hc = &http.Client{}
 		if strings.HasPrefix(base, "https://") {
-			tc, err := pki.ClientTLS(pki.Dir(rootDir))
+			var err error
+			tc, err = pki.ClientTLS(pki.Dir(rootDir))
 			if err != nil {
 				if errors.Is(err, os.ErrPermission) {
 					return nil, fmt.Errorf("the agent's API needs its local client certificate, readable by root only: %w", err)
@@ -112,7 +118,7 @@ func (e *env) client(cmd *cobra.Command) (*client, error) {
 			hc.Transport = &http.Transport{TLSClientConfig: tc}
 		}
 	}
-	return &client{base: strings.TrimRight(base, "/"), http: hc}, nil
+	return &client{base: strings.TrimRight(base, "/"), http: hc, tls: tc}, nil
 }
 
 // printObject writes v as JSON or YAML for -o json|yaml.

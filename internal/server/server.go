@@ -41,6 +41,8 @@ type Config struct {
 	Stats   SummaryProvider
 	Devices DeviceLister
 	Images  ImageLister
+	// Streams serves exec, attach and port-forward.
+	Streams Streamer
 	// Gatherer is served on /metrics, its prober_* families also on
 	// /metrics/probes.
 	Gatherer prometheus.Gatherer
@@ -82,6 +84,7 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /configz", s.configz)
 	mux.HandleFunc("GET /devices", s.devices)
 	mux.HandleFunc("GET /images", s.images)
+	s.routeStreams(mux)
 	s.handler = mux
 	if cfg.Auth != nil {
 		s.handler = cfg.Auth.Wrap(mux)

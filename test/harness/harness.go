@@ -381,9 +381,14 @@ func Eventually(t testing.TB, what string, cond func() (bool, string)) {
 // would (the CLI finds the agent's address and credentials there), and
 // returns its output.
 func (a *Agent) CLI(args ...string) (string, error) {
-	args = append(args, "--root-dir", a.RootDir)
-	out, err := exec.Command(Binary(a.t), args...).CombinedOutput()
+	out, err := a.CLICommand(args...).CombinedOutput()
 	return string(out), err
+}
+
+// CLICommand is the command CLI runs, to wire its streams or run it in
+// the background.
+func (a *Agent) CLICommand(args ...string) *exec.Cmd {
+	return exec.Command(Binary(a.t), append([]string{"--root-dir", a.RootDir}, args...)...)
 }
 
 var (

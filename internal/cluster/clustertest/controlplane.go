@@ -122,6 +122,13 @@ func (s *Server) WaitNamespaceReady(ns string) {
 	s.t.Fatalf("namespace %s: no default ServiceAccount and kube-root-ca.crt after 90s: %s", ns, last)
 }
 
+// KubectlCommand is kubectl ARGS as the cluster admin, to run in the
+// background or with its streams and environment set.
+func (s *Server) KubectlCommand(args ...string) *exec.Cmd {
+	s.t.Helper()
+	return exec.Command(s.bins.Path(clusterbin.Kubectl), append([]string{"--kubeconfig", s.AdminKubeconfig()}, args...)...)
+}
+
 // AdminKubeconfig writes (once) and returns a kubeconfig with system:masters
 // rights, for kubectl and other clients run as processes.
 func (s *Server) AdminKubeconfig() string {
@@ -137,8 +144,7 @@ func (s *Server) AdminKubeconfig() string {
 // returns its combined output.
 func (s *Server) Kubectl(args ...string) (string, error) {
 	s.t.Helper()
-	cmd := exec.Command(s.bins.Path(clusterbin.Kubectl), append([]string{"--kubeconfig", s.AdminKubeconfig()}, args...)...)
-	out, err := cmd.CombinedOutput()
+	out, err := s.KubectlCommand(args...).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("kubectl %v: %w", args, err)
 	}

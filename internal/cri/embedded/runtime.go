@@ -89,6 +89,8 @@ type Runtime struct {
 
 	overlayOnce sync.Once
 	overlayOK   bool
+
+	streaming streamServer
 }
 
 // New opens (or creates) the runtime state under cfg.RootDir and re-adopts
@@ -156,6 +158,7 @@ func New(cfg Config) (*Runtime, error) {
 // Close stops the runtime's goroutines. Containers keep running; a later New
 // on the same RootDir re-adopts them. Close is idempotent.
 func (r *Runtime) Close(context.Context) error {
+	r.streaming.stop()
 	r.ctrs.Close()
 	return nil
 }

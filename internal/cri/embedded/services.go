@@ -48,21 +48,6 @@ func (r *Runtime) RuntimeConfig(ctx context.Context) (*runtimeapi.RuntimeConfigR
 	}}, nil
 }
 
-// Exec is not implemented (no streaming server).
-func (r *Runtime) Exec(context.Context, *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error) {
-	return nil, errUnimplemented("Exec")
-}
-
-// Attach is not implemented (no streaming server).
-func (r *Runtime) Attach(context.Context, *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error) {
-	return nil, errUnimplemented("Attach")
-}
-
-// PortForward is not implemented (pods use the host network).
-func (r *Runtime) PortForward(context.Context, *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error) {
-	return nil, errUnimplemented("PortForward")
-}
-
 // CheckpointContainer is not implemented.
 func (r *Runtime) CheckpointContainer(context.Context, *runtimeapi.CheckpointContainerRequest) error {
 	return errUnimplemented("CheckpointContainer")

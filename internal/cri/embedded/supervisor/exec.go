@@ -23,6 +23,19 @@ import (
 // runtimes do (16 MiB).
 const maxExecOutput = 16 << 20
 
+// Stdio is where a command run in a container reads and writes. Nil
+// streams are not connected. With TTY the command gets a terminal: its
+// output (stdout and stderr alike) goes to Out, and Resize changes its size.
+type Stdio struct {
+	In       io.Reader
+	Out, Err io.Writer
+	TTY      bool
+	Resize   <-chan TermSize
+}
+
+// TermSize is a terminal's size in characters.
+type TermSize struct{ Width, Height uint16 }
+
 // Exec runs cmd in the container's environment (its env, working
 // directory, cgroups and, for a container from an image, its namespaces and
 // root) and returns its output, each stream cut at 16 MiB. A non-zero exit
@@ -31,15 +44,23 @@ const maxExecOutput = 16 << 20
 // command that cannot be run (missing binary) as an error classified
 // NotFound.
 func (s *Supervisor) Exec(ctx context.Context, containerID string, cmd []string, timeout time.Duration) ([]byte, []byte, error) {
+	var stdout, stderr capBuffer
+	err := s.ExecStream(ctx, containerID, cmd, timeout, Stdio{Out: &stdout, Err: &stderr})
+	return stdout.Bytes(), stderr.Bytes(), err
+}
+
+// ExecStream runs cmd as Exec does, with the given standard streams, until
+// it exits, the timeout (0 = none) passes or ctx ends (which kill it).
+func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []string, timeout time.Duration, stdio Stdio) error {
 	if len(cmd) == 0 {
-		return nil, nil, fmt.Errorf("exec in container %s: field cmd is required: %w", containerID, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("exec in container %s: field cmd is required: %w", containerID, errdefs.ErrInvalidArgument)
 	}
 	c, err := s.Get(containerID)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	if c.State() != Running {
-		return nil, nil, fmt.Errorf("exec in container %s: container is not running: %w", containerID, errdefs.ErrConflict)
+		return fmt.Errorf("exec in container %s: container is not running: %w", containerID, errdefs.ErrConflict)
 	}
 	rec, pid := c.Record, c.Start.Pid
 	if timeout > 0 {
@@ -52,11 +73,11 @@ func (s *Supervisor) Exec(ctx context.Context, containerID string, cmd []string,
 	// cgroup directories, "--", and the command.
 	n, err := cgroupName(rec.CgroupPath)
 	if err != nil {
-		return nil, nil, fmt.Errorf("exec in container %s: %w", containerID, err)
+		return fmt.Errorf("exec in container %s: %w", containerID, err)
 	}
 	report, reportW, err := os.Pipe()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	defer func() { _ = report.Close() }()
 	args := []string{monitorproc.TrampolineArg0}
@@ -64,17 +85,25 @@ func (s *Supervisor) Exec(ctx context.Context, containerID string, cmd []string,
 		args = append(args, d.Path)
 	}
 	args = append(append(args, "--"), cmd...)
-	var stdout, stderr capBuffer
 	proc := &exec.Cmd{
 		Path:        selfExe, // the trampoline is always the agent's own binary
 		Args:        args,
 		Env:         append(append([]string{}, rec.Env...), monitorproc.TrampolineEnv+"=1"),
 		Dir:         rec.WorkingDir,
-		Stdout:      &stdout,
-		Stderr:      &stderr,
+		Stdin:       stdio.In,
+		Stdout:      stdio.Out,
+		Stderr:      stdio.Err,
 		ExtraFiles:  []*os.File{reportW},
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 		WaitDelay:   time.Second,
+	}
+	var term *terminal
+	if stdio.TTY {
+		if term, err = openTerminal(proc, stdio); err != nil {
+			_ = reportW.Close()
+			return fmt.Errorf("exec in container %s: %w", containerID, err)
+		}
+		defer term.close()
 	}
 	if rec.Rootfs != nil {
 		// The trampoline enters the container's namespaces and root.
@@ -84,7 +113,10 @@ func (s *Supervisor) Exec(ctx context.Context, containerID string, cmd []string,
 	err = proc.Start()
 	_ = reportW.Close()
 	if err != nil {
-		return nil, nil, fmt.Errorf("exec in container %s: %w", containerID, err)
+		return fmt.Errorf("exec in container %s: %w", containerID, err)
+	}
+	if term != nil {
+		term.started()
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- proc.Wait() }()
@@ -97,15 +129,29 @@ func (s *Supervisor) Exec(ctx context.Context, containerID string, cmd []string,
 		_ = syscall.Kill(-proc.Process.Pid, syscall.SIGKILL)
 		waitErr = <-waited
 	}
+	if term != nil {
+		term.drain()
+	}
 	failure, _ := io.ReadAll(report)
 	if len(failure) > 0 {
-		return nil, nil, fmt.Errorf("exec %q in container %s: %s: %w", strings.Join(cmd, " "), containerID, failure, errdefs.ErrNotFound)
+		return fmt.Errorf("exec %q in container %s: %s: %w", strings.Join(cmd, " "), containerID, failure, errdefs.ErrNotFound)
 	}
 	if timedOut {
+		if timeout == 0 {
+			return fmt.Errorf("exec %q in container %s: %w", strings.Join(cmd, " "), containerID, ctx.Err())
+		}
 		// errors.Is(err, context.DeadlineExceeded), and gRPC code DeadlineExceeded
 		// as the kubelet's CRI client expects from a remote runtime.
-		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("exec %q in container %s timed out after %s: %w",
+		return fmt.Errorf("exec %q in container %s timed out after %s: %w",
 			strings.Join(cmd, " "), containerID, timeout, context.DeadlineExceeded)
+	}
+	// The command is done; a client that keeps its stdin open must not
+	// hold the answer back (WaitDelay closed the pipes).
+	if errors.Is(waitErr, exec.ErrWaitDelay) {
+		waitErr = nil
+		if !proc.ProcessState.Success() {
+			waitErr = &exec.ExitError{ProcessState: proc.ProcessState}
+		}
 	}
 	var exitErr *exec.ExitError
 	if errors.As(waitErr, &exitErr) {
@@ -113,15 +159,16 @@ func (s *Supervisor) Exec(ctx context.Context, containerID string, cmd []string,
 		if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			code = 128 + int(ws.Signal())
 		}
-		return stdout.Bytes(), stderr.Bytes(), utilexec.CodeExitError{
-			Err:  fmt.Errorf("command %q exited with %d: %s", strings.Join(cmd, " "), code, stderr.Bytes()),
-			Code: code,
+		msg := fmt.Sprintf("command %q exited with %d", strings.Join(cmd, " "), code)
+		if b, ok := stdio.Err.(*capBuffer); ok {
+			msg += ": " + string(b.Bytes())
 		}
+		return utilexec.CodeExitError{Err: errors.New(msg), Code: code}
 	}
 	if waitErr != nil {
-		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("exec in container %s: %w", containerID, waitErr)
+		return fmt.Errorf("exec in container %s: %w", containerID, waitErr)
 	}
-	return stdout.Bytes(), stderr.Bytes(), nil
+	return nil
 }
 
 // capBuffer keeps the first maxExecOutput bytes written to it.

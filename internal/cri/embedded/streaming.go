@@ -1,0 +1,227 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/cri-streaming/pkg/streaming"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+
+	"github.com/minilet/minilet/internal/cri/embedded/supervisor"
+	"github.com/minilet/minilet/internal/logs"
+)
+
+// The runtime's streaming server serves exec, attach and port-forward
+// sessions as other CRI runtimes do: Exec, Attach and PortForward hand out
+// a single-use URL on a loopback port, and the kubelet API proxies the
+// client's upgraded connection (SPDY or WebSocket) there. It starts with
+// the first request.
+type streamServer struct {
+	once sync.Once
+	srv  streaming.Server
+	http *http.Server
+	err  error
+}
+
+func (r *Runtime) streams() (streaming.Server, error) {
+	s := &r.streaming
+	s.once.Do(func() {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			s.err = fmt.Errorf("streaming server: %w", err)
+			return
+		}
+		cfg := streaming.DefaultConfig
+		cfg.Addr = ln.Addr().String()
+		cfg.BaseURL = &url.URL{Scheme: "http", Host: ln.Addr().String()}
+		s.srv, s.err = streaming.NewServer(cfg, streamRuntime{r})
+		if s.err != nil {
+			_ = ln.Close()
+			return
+		}
+		s.http = &http.Server{Handler: s.srv, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = s.http.Serve(ln) }()
+		r.log.Debug("streaming server started", "address", cfg.Addr)
+	})
+	return s.srv, s.err
+}
+
+func (s *streamServer) stop() {
+	if s.http != nil {
+		_ = s.http.Close()
+	}
+}
+
+// Exec returns the URL of an exec session in a running container.
+func (r *Runtime) Exec(_ context.Context, req *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error) {
+	if err := r.running(req.GetContainerId()); err != nil {
+		return nil, err
+	}
+	srv, err := r.streams()
+	if err != nil {
+		return nil, criErr(err)
+	}
+	return srv.GetExec(req)
+}
+
+// Attach returns the URL of a session attached to a running container's
+// output (its log, from now on). The embedded runtime keeps no stdin open
+// for containers: attaching with stdin is refused.
+func (r *Runtime) Attach(_ context.Context, req *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error) {
+	if req.GetStdin() {
+		return nil, errInvalid("attach to container %s: the embedded runtime does not keep a container's stdin open (stdin: true is not supported); attach without -i, or use exec", req.GetContainerId())
+	}
+	if err := r.running(req.GetContainerId()); err != nil {
+		return nil, err
+	}
+	srv, err := r.streams()
+	if err != nil {
+		return nil, criErr(err)
+	}
+	return srv.GetAttach(req)
+}
+
+// PortForward returns the URL of a port-forward session to a ready sandbox.
+func (r *Runtime) PortForward(_ context.Context, req *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error) {
+	sb, err := r.sandboxes.Get(req.GetPodSandboxId())
+	if err != nil {
+		return nil, criErr(err)
+	}
+	if !sb.Ready {
+		return nil, errConflict("port-forward to sandbox %s: sandbox is not ready", req.GetPodSandboxId())
+	}
+	srv, err := r.streams()
+	if err != nil {
+		return nil, criErr(err)
+	}
+	return srv.GetPortForward(req)
+}
+
+func (r *Runtime) running(id string) error {
+	c, err := r.ctrs.Get(id)
+	if err != nil {
+		return criErr(err)
+	}
+	if c.State() != supervisor.Running {
+		return errConflict("container %s is not running", id)
+	}
+	return nil
+}
+
+// streamRuntime runs the sessions the streaming server accepted.
+type streamRuntime struct{ r *Runtime }
+
+func (s streamRuntime) Exec(ctx context.Context, id string, cmd []string, in io.Reader, out, errw io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
+	stdio := supervisor.Stdio{TTY: tty, Resize: termSizes(ctx, resize)}
+	if in != nil {
+		stdio.In = in
+	}
+	if out != nil {
+		stdio.Out = out
+	}
+	if errw != nil {
+		stdio.Err = errw
+	}
+	return s.r.ctrs.ExecStream(ctx, id, cmd, 0, stdio)
+}
+
+// Attach streams what the container writes from now on until it stops or
+// the client leaves.
+func (s streamRuntime) Attach(ctx context.Context, id string, _ io.Reader, out, errw io.WriteCloser, _ bool, _ <-chan remotecommand.TerminalSize) error {
+	c, err := s.r.ctrs.Get(id)
+	if err != nil {
+		return err
+	}
+	w := io.Writer(io.Discard)
+	switch {
+	case out != nil:
+		w = out
+	case errw != nil:
+		w = errw
+	}
+	none := logs.Tail(0)
+	return logs.ReadLogs(ctx, c.LogFile, logs.Options{
+		Follow: true, TailLines: none,
+		Done: func() bool {
+			c, err := s.r.ctrs.Get(id)
+			return err != nil || c.State() != supervisor.Running
+		},
+	}, w)
+}
+
+// PortForward connects stream to port on the pod's loopback. Pods of the
+// embedded runtime share the host's network namespace, so that is the
+// host's loopback.
+func (s streamRuntime) PortForward(ctx context.Context, sandboxID string, port int32, stream io.ReadWriteCloser) error {
+	defer func() { _ = stream.Close() }()
+	if _, err := s.r.sandboxes.Get(sandboxID); err != nil {
+		return err
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+	if err != nil {
+		return fmt.Errorf("port-forward to port %d of sandbox %s: %w", port, sandboxID, err)
+	}
+	defer func() { _ = conn.Close() }()
+	done := make(chan error, 2)
+	go func() {
+		_, err := io.Copy(conn, stream)
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.CloseWrite() // the client is done sending
+		}
+		done <- err
+	}()
+	go func() {
+		_, err := io.Copy(stream, conn)
+		done <- err
+	}()
+	// The session ends when both directions are done, either fails, or
+	// the client leaves.
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("port-forward to port %d of sandbox %s: %w", port, sandboxID, err)
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
+
+// termSizes converts the streaming server's resize events.
+func termSizes(ctx context.Context, in <-chan remotecommand.TerminalSize) <-chan supervisor.TermSize {
+	if in == nil {
+		return nil
+	}
+	out := make(chan supervisor.TermSize)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sz, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- supervisor.TermSize{Width: sz.Width, Height: sz.Height}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out
+}
