@@ -23,7 +23,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -169,9 +168,9 @@ func BenchmarkPortForwardThroughput(b *testing.B) {
 	a := harness.New(b)
 	a.Start()
 	dir := a.RootDir + "/www"
-	port := freePortB(b)
+	port := harness.FreePort(b)
 	pod, _ := streamPod(b, a, "host", fmt.Sprintf("mkdir -p %[1]s && head -c 100000000 /dev/zero > %[1]s/blob && /bin/busybox httpd -p 127.0.0.1:%[2]d -h %[1]s &&", dir, port))
-	local := freePortB(b)
+	local := harness.FreePort(b)
 	pf := a.CLICommand("port-forward", pod, fmt.Sprintf("%d:%d", local, port))
 	if err := pf.Start(); err != nil {
 		b.Fatal(err)
@@ -248,14 +247,4 @@ spec:
 		b.Fatalf("logs -f delivered %d bytes, want at least 100 MB", n)
 	}
 	b.ReportMetric(float64(n)/1e6/d.Seconds(), "logs-f-MB/s")
-}
-
-func freePortB(b *testing.B) int {
-	b.Helper()
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -113,11 +113,12 @@ func serveAPI(ctx context.Context, bg *background, l listeners, v apiViews, link
 	locator := logs.Locator{Pods: v.pods.List, Root: filepath.Join(cfg.RootDir, "logs")}
 	scfg := server.Config{
 		Pods: v, Node: v, Events: v, Logs: locator, Running: locator, Stats: v, Devices: v, Images: v,
-		Streams:  streams{v.streams},
-		Gatherer: reg,
-		Configz:  configz(cfg),
-		Auth:     auth,
-		Logger:   log,
+		Streams:    streams{v.streams},
+		Gatherer:   reg,
+		Configz:    configz(cfg),
+		NodeLogDir: nodeLogDir(cfg),
+		Auth:       auth,
+		Logger:     log,
 	}
 	secure := tls.NewListener(l.secure, tlsConfig)
 	if err := server.WriteAddrFile(cfg.RootDir, "https://"+l.secure.Addr().String()); err != nil {
@@ -145,6 +146,14 @@ func configz(cfg *config.Config) any {
 	raw := cfg.Raw
 	raw.APIVersion, raw.Kind = config.APIVersion, config.Kind
 	return raw
+}
+
+// nodeLogDir is what /logs/ serves: the node's /var/log, as the kubelet's.
+func nodeLogDir(cfg *config.Config) string {
+	if !cfg.SystemLogHandler {
+		return ""
+	}
+	return "/var/log"
 }
 
 // servingTLS is the HTTPS API's TLS configuration: --tls-cert-file, else

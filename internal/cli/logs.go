@@ -57,11 +57,7 @@ func newLogsCommand(e *env) *cobra.Command {
 }
 
 func (e *env) runLogs(cmd *cobra.Command, podName string, f logsFlags) error {
-	c, pod, err := e.findPod(cmd, f.namespace, podName)
-	if err != nil {
-		return err
-	}
-	ctr, err := pickContainer(pod, f.container)
+	c, pod, ctr, err := e.findContainer(cmd, f.namespace, podName, f.container)
 	if err != nil {
 		return err
 	}
@@ -105,6 +101,19 @@ func (e *env) runLogs(cmd *cobra.Command, podName string, f logsFlags) error {
 
 // pickContainer returns the -c container, the only container, or the
 // pod's default-container annotation; else an error listing the choices.
+// findContainer is findPod, then the container (pickContainer).
+func (e *env) findContainer(cmd *cobra.Command, namespace, podName, container string) (*client, *v1.Pod, string, error) {
+	c, pod, err := e.findPod(cmd, namespace, podName)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	ctr, err := pickContainer(pod, container)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return c, pod, ctr, nil
+}
+
 func pickContainer(pod *v1.Pod, name string) (string, error) {
 	var all []string
 	for _, c := range pod.Spec.InitContainers {

@@ -76,11 +76,7 @@ func addStreamFlags(cmd *cobra.Command, f *streamFlags) {
 
 // runStream runs an exec or attach session over SPDY.
 func (e *env) runStream(cmd *cobra.Command, kind, podName string, command []string, f streamFlags) error {
-	c, pod, err := e.findPod(cmd, f.namespace, podName)
-	if err != nil {
-		return err
-	}
-	ctr, err := pickContainer(pod, f.container)
+	c, pod, ctr, err := e.findContainer(cmd, f.namespace, podName, f.container)
 	if err != nil {
 		return err
 	}

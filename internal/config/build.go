@@ -249,6 +249,7 @@ func buildServer(c *Config, kc *kubeletv1beta1.KubeletConfiguration) field.Error
 	c.AuthorizationMode = string(authz.Mode)
 	c.AuthorizedTTL = authz.Webhook.CacheAuthorizedTTL.Duration
 	c.UnauthorizedTTL = authz.Webhook.CacheUnauthorizedTTL.Duration
+	c.SystemLogHandler = *kc.EnableDebuggingHandlers && *kc.EnableSystemLogHandler
 	if m := authz.Mode; m != kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow && m != kubeletv1beta1.KubeletAuthorizationModeWebhook {
 		errs = append(errs, field.NotSupported(field.NewPath("authorization", "mode"), m, []string{"AlwaysAllow", "Webhook"}))
 	}

@@ -63,6 +63,9 @@ type Config struct {
 	AuthorizationMode    string        // authorization.mode / --authorization-mode; default Webhook in cluster mode, else AlwaysAllow
 	AuthorizedTTL        time.Duration // authorization.webhook.cacheAuthorizedTTL; default 5m
 	UnauthorizedTTL      time.Duration // authorization.webhook.cacheUnauthorizedTTL; default 30s
+	// SystemLogHandler serves /var/log under /logs/ on the HTTPS API:
+	// enableDebuggingHandlers and enableSystemLogHandler, both default true.
+	SystemLogHandler bool
 
 	// Node status.
 	NodeStatusUpdateFrequency time.Duration // default 10s

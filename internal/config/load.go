@@ -292,6 +292,12 @@ func SetDefaults(kc *kubeletv1beta1.KubeletConfiguration, set setFields) {
 	}
 	dur(&kc.Authorization.Webhook.CacheAuthorizedTTL, 5*time.Minute)
 	dur(&kc.Authorization.Webhook.CacheUnauthorizedTTL, 30*time.Second)
+	if kc.EnableDebuggingHandlers == nil {
+		kc.EnableDebuggingHandlers = ptr(true)
+	}
+	if kc.EnableSystemLogHandler == nil {
+		kc.EnableSystemLogHandler = ptr(true)
+	}
 	if kc.CgroupRoot == "" {
 		kc.CgroupRoot = DefaultCgroupRoot
 	}
@@ -365,6 +371,7 @@ var honoured = map[string]bool{
 	"address": true, "port": true, "readOnlyPort": true,
 	"tlsCertFile": true, "tlsPrivateKeyFile": true, "tlsMinVersion": true,
 	"authentication": true, "authorization": true,
+	"enableDebuggingHandlers": true, "enableSystemLogHandler": true,
 	"staticPodPath": true, "staticPodURL": true, "staticPodURLHeader": true,
 	"fileCheckFrequency": true, "httpCheckFrequency": true, "syncFrequency": true,
 	"containerRuntimeEndpoint": true, "runtimeRequestTimeout": true,

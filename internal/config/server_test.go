@@ -85,3 +85,15 @@ func TestIgnoredFields(t *testing.T) {
 		t.Errorf("Ignored = %v for honoured fields only", c.Ignored)
 	}
 }
+
+func TestSystemLogHandler(t *testing.T) {
+	if !mustLoad(t, "").SystemLogHandler {
+		t.Error("the system log handler is off by default; the kubelet's is on")
+	}
+	if mustLoad(t, header+"enableSystemLogHandler: false\n").SystemLogHandler {
+		t.Error("enableSystemLogHandler: false left it on")
+	}
+	if mustLoad(t, header+"enableDebuggingHandlers: false\n").SystemLogHandler {
+		t.Error("enableDebuggingHandlers: false left it on")
+	}
+}

@@ -126,3 +126,27 @@ func TestRunningPodsAndConfigz(t *testing.T) {
 		t.Errorf("/runningpods/: %s", body)
 	}
 }
+
+// /logs/ serves the node's log directory on the full API only.
+func TestNodeLogs(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir+"/syslog", "node line\n")
+	cfg := configFor(newFake(t))
+	cfg.NodeLogDir = dir
+	full := httptest.NewServer(New(cfg).Handler())
+	defer full.Close()
+	if code, body := get(t, full.URL+"/logs/syslog"); code != 200 || body != "node line\n" {
+		t.Errorf("/logs/syslog: %d %q", code, body)
+	}
+	if code, body := get(t, full.URL+"/logs/"); code != 200 || !strings.Contains(body, "syslog") {
+		t.Errorf("/logs/ listing: %d %q", code, body)
+	}
+	if code, body := get(t, full.URL+"/logs/..%2f..%2fetc%2fpasswd"); code == 200 && strings.Contains(body, "root:") {
+		t.Errorf("/logs/ left its directory: %q", body)
+	}
+	ro := httptest.NewServer(NewReadOnly(cfg).Handler())
+	defer ro.Close()
+	if code, _ := get(t, ro.URL+"/logs/syslog"); code != 404 {
+		t.Errorf("/logs/ on the read-only port: %d, want 404", code)
+	}
+}

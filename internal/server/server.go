@@ -48,6 +48,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Configz is served on /configz as {"kubeletconfig": Configz}.
 	Configz any
+	// NodeLogDir, when set, is served under /logs/ (the kubelet serves
+	// /var/log there).
+	NodeLogDir string
 	// Auth authenticates and authorizes every request of the full API;
 	// nil lets every request through (tests).
 	Auth Guard
@@ -85,6 +88,9 @@ func New(cfg Config) *Server {
 	mux.HandleFunc("GET /devices", s.devices)
 	mux.HandleFunc("GET /images", s.images)
 	s.routeStreams(mux)
+	if cfg.NodeLogDir != "" {
+		mux.Handle("GET /logs/", http.StripPrefix("/logs/", http.FileServer(http.Dir(cfg.NodeLogDir))))
+	}
 	s.handler = mux
 	if cfg.Auth != nil {
 		s.handler = cfg.Auth.Wrap(mux)

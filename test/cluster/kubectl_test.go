@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/minilet/minilet/internal/cluster/clustertest"
+	"github.com/minilet/minilet/test/harness"
 )
 
 // kubectl exec, cp, attach, port-forward and logs -f against a minilet
@@ -25,7 +25,7 @@ import (
 // SPDY fallback (selected by kubectl's own environment switches).
 func TestKubectlStreamsToAMiniletNode(t *testing.T) {
 	e := setupWith(t, clustertest.Options{ControlPlane: true})
-	port := freePort(t)
+	port := harness.FreePort(t)
 	www := filepath.Join(t.TempDir(), "www")
 	// Token automounting off: see TestKubeletAPIThroughTheAPIServer.
 	e.create(e.pod("shell", "sh", "-c", fmt.Sprintf(
@@ -85,10 +85,10 @@ func TestKubectlStreamsToAMiniletNode(t *testing.T) {
 
 	// port-forward, WebSocket (kubectl's default) and SPDY.
 	for _, env := range []string{"", "KUBECTL_PORT_FORWARD_WEBSOCKETS=false"} {
-		lp := freePort(t)
+		lp := harness.FreePort(t)
 		pf := e.srv.KubectlCommand("port-forward", "pod/shell", fmt.Sprintf("%d:%d", lp, port))
 		pf.Env = append(os.Environ(), env)
-		var pfOut strings.Builder
+		var pfOut harness.Output
 		pf.Stdout, pf.Stderr = &pfOut, &pfOut
 		if err := pf.Start(); err != nil {
 			t.Fatal(err)
@@ -130,15 +130,4 @@ func firstLine(t *testing.T, cmd *exec.Cmd, want string) string {
 		}
 	}
 	return ""
-}
-
-// freePort returns a TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -49,7 +49,7 @@ func criClient(t *testing.T) *remote.Runtime {
 
 func TestContainerdProbedWebServerBecomesReady(t *testing.T) {
 	a := containerdAgent(t)
-	port := freePort(t)
+	port := harness.FreePort(t)
 	a.WriteManifest("cweb.yaml", fmt.Sprintf(`
 apiVersion: v1
 kind: Pod

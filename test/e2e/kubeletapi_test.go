@@ -22,7 +22,7 @@ import (
 func TestContainerLogsAreForRootOnly(t *testing.T) {
 	requireRoot(t)
 	a := harness.New(t)
-	ro := freePort(t)
+	ro := harness.FreePort(t)
 	a.ExtraArgs = []string{"--read-only-port", fmt.Sprint(ro)}
 	a.Start()
 	a.WriteManifest("secret.yaml", `

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -361,17 +360,6 @@ spec:
 	if _, ok := a.Pod(a.Static("bad")); ok {
 		t.Error("the bad manifest produced a pod")
 	}
-}
-
-// freePort returns a TCP port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func TestManifestRestoredWhileTerminatingRunsAgain(t *testing.T) {

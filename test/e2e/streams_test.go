@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,7 +24,8 @@ import (
 
 // exec and port-forward through the kubelet API, driven with the
 // CLI as a user on the machine would, on both runtimes: exit codes and
-// stdin pass through, 100 MB arrive intact through exec and port-forward,
+// stdin pass through, 100 MB arrive intact through exec, logs and
+// port-forward,
 // and a client that goes away leaves no process behind.
 func TestStreamsOnBothRuntimes(t *testing.T) {
 	t.Run("embedded", func(t *testing.T) {
@@ -48,11 +50,13 @@ func TestStreamsOnBothRuntimes(t *testing.T) {
 // prefixes busybox applets, dir holds the served files); killsOrphans says
 // whether the runtime ends an exec'd command whose client went away.
 func streamScenario(t *testing.T, a *harness.Agent, image, bb, dir string, killsOrphans bool) {
-	port := freePort(t)
+	port := harness.FreePort(t)
 	a.WriteManifest("streams.yaml", fmt.Sprintf(`
 apiVersion: v1
 kind: Pod
-metadata: {name: streams}
+metadata:
+  name: streams
+  annotations: {kubectl.kubernetes.io/default-container: main}
 spec:
   hostNetwork: true
   containers:
@@ -63,6 +67,16 @@ spec:
     readinessProbe:
       exec: {command: ["/bin/sh", "-c", "test -f %[2]s/blob && %[3]swget -q -O /dev/null http://127.0.0.1:%[4]d/"]}
       periodSeconds: 1
+  - name: writer
+    image: %[1]s
+    imagePullPolicy: IfNotPresent
+    command: ["/bin/sh", "-c", "%[3]sawk 'BEGIN{for(i=0;i<100000;i++) printf \"%%0999d\\n\", i}'; exec sleep 100000"]
+  - name: reader
+    image: %[1]s
+    imagePullPolicy: IfNotPresent
+    stdin: true
+    stdinOnce: true
+    command: ["/bin/sh", "-c", "while read line; do echo got:$line; done; echo stdin-closed"]
 `, image, dir, bb, port))
 	name := a.Static("streams")
 	a.Eventually("streams Running and Ready", func() (bool, string) {
@@ -94,6 +108,9 @@ spec:
 		t.Errorf("exec -i: %v %q", err, out)
 	}
 
+	// The agent's goroutines now, to compare once every session ended.
+	baseline := goroutines(t, a)
+
 	// 100 MB through exec, checked against the container's own checksum.
 	out, err = a.CLI("exec", name, "--", "/bin/sh", "-c", bb+"sha256sum "+dir+"/blob")
 	if err != nil {
@@ -109,10 +126,31 @@ spec:
 		t.Errorf("100 MB through exec: %v, %d bytes, sha256 %x, want %s; stderr %s", err, n.n, h.Sum(nil), want, stderr.String())
 	}
 
+	// 100 MB through logs: 100000 numbered lines of 1000 bytes.
+	wantLog := sha256.New()
+	for i := range 100000 {
+		fmt.Fprintf(wantLog, "%0999d\n", i)
+	}
+	a.Eventually("100 MB of the writer's log, intact", func() (bool, string) {
+		cmd := a.CLICommand("logs", name, "-c", "writer")
+		h, n := sha256.New(), &countWriter{}
+		cmd.Stdout = io.MultiWriter(h, n)
+		if err := cmd.Run(); err != nil {
+			return false, err.Error()
+		}
+		if n.n < 100_000_000 {
+			return false, fmt.Sprintf("%d bytes so far", n.n)
+		}
+		if !bytes.Equal(h.Sum(nil), wantLog.Sum(nil)) {
+			t.Fatalf("logs: %d bytes, sha256 differs from the lines written", n.n)
+		}
+		return true, ""
+	})
+
 	// 100 MB through port-forward.
-	local := freePort(t)
+	local := harness.FreePort(t)
 	pf := a.CLICommand("port-forward", name, fmt.Sprintf("%d:%d", local, port))
-	var pfOut bytes.Buffer
+	var pfOut harness.Output
 	pf.Stdout, pf.Stderr = &pfOut, &pfOut
 	if err := pf.Start(); err != nil {
 		t.Fatal(err)
@@ -135,6 +173,25 @@ spec:
 	if got != want {
 		t.Errorf("port-forward sha256 %s, want %s", got, want)
 	}
+	_ = pf.Process.Kill()
+	_ = pf.Wait()
+	a.Eventually("the agent's goroutines back to where they were", func() (bool, string) {
+		n := goroutines(t, a)
+		return n <= baseline+4, fmt.Sprintf("%d goroutines, %d before the sessions", n, baseline)
+	})
+
+	// attach -i to a stdinOnce container: what the client types reaches it,
+	// its answers come back, and the client's EOF closes its stdin.
+	at := a.CLICommand("attach", "-i", name, "-c", "reader")
+	at.Stdin = strings.NewReader("hello attach\n")
+	if out, err := at.CombinedOutput(); err != nil || !strings.Contains(string(out), "got:hello attach") {
+		t.Errorf("attach -i: %v %q", err, out)
+	}
+	var logged string
+	a.Eventually("the reader saw its stdin close", func() (bool, string) {
+		err := a.Get("/containerLogs/default/"+name+"/reader?previous=true", &logged)
+		return err == nil && strings.Contains(logged, "stdin-closed"), fmt.Sprint(logged, err)
+	})
 
 	// A client that leaves mid-stream: its command is killed.
 	if !killsOrphans {
@@ -152,6 +209,26 @@ spec:
 		n := sleeping(marker)
 		return n == 0, fmt.Sprintf("%d left", n)
 	})
+}
+
+// goroutines reads go_goroutines from the agent's /metrics.
+func goroutines(t *testing.T, a *harness.Agent) int {
+	t.Helper()
+	var s string
+	if err := a.Get("/metrics", &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatalf("go_goroutines %q: %v", v, err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no go_goroutines on /metrics")
+	return 0
 }
 
 // sleeping counts processes running "sleep MARKER".

@@ -85,7 +85,7 @@ func TestHTTPReadinessFlipsReadyWithoutRestarts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "ready"), []byte("ok"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := harness.FreePort(t)
 	a.WriteManifest("ready.yaml", fmt.Sprintf(`
 apiVersion: v1
 kind: Pod

@@ -69,6 +69,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 		LogPath: config.GetLogPath(), Args: proc.Args, Env: proc.Env,
 		WorkingDir: proc.WorkingDir, Resources: fromCRIResources(config.GetLinux().GetResources()),
 		CgroupPath: path.Join("/", parent, id), CreatedAt: r.clock.Now().UnixNano(),
+		Stdin: config.GetStdin(), StdinOnce: config.GetStdinOnce(),
 	}
 	if rec.WorkingDir == "" {
 		rec.WorkingDir = "/"

@@ -74,14 +74,16 @@ func (r *Runtime) Exec(_ context.Context, req *runtimeapi.ExecRequest) (*runtime
 }
 
 // Attach returns the URL of a session attached to a running container's
-// output (its log, from now on). The embedded runtime keeps no stdin open
-// for containers: attaching with stdin is refused.
+// output (its log, from now on) and, for a container created with stdin,
+// its input.
 func (r *Runtime) Attach(_ context.Context, req *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error) {
-	if req.GetStdin() {
-		return nil, errInvalid("attach to container %s: the embedded runtime does not keep a container's stdin open (stdin: true is not supported); attach without -i, or use exec", req.GetContainerId())
-	}
 	if err := r.running(req.GetContainerId()); err != nil {
 		return nil, err
+	}
+	if req.GetStdin() {
+		if c, err := r.ctrs.Get(req.GetContainerId()); err == nil && !c.Stdin {
+			return nil, errInvalid("attach to container %s with stdin: the container was not created with stdin: true", req.GetContainerId())
+		}
 	}
 	srv, err := r.streams()
 	if err != nil {
@@ -134,12 +136,26 @@ func (s streamRuntime) Exec(ctx context.Context, id string, cmd []string, in io.
 	return s.r.ctrs.ExecStream(ctx, id, cmd, 0, stdio)
 }
 
-// Attach streams what the container writes from now on until it stops or
-// the client leaves.
-func (s streamRuntime) Attach(ctx context.Context, id string, _ io.Reader, out, errw io.WriteCloser, _ bool, _ <-chan remotecommand.TerminalSize) error {
+// Attach streams what the container writes from now on, and in to its
+// stdin, until it stops or the client leaves.
+func (s streamRuntime) Attach(ctx context.Context, id string, in io.Reader, out, errw io.WriteCloser, _ bool, _ <-chan remotecommand.TerminalSize) error {
 	c, err := s.r.ctrs.Get(id)
 	if err != nil {
 		return err
+	}
+	// From now on: set before any input reaches the container, so that
+	// its answers are not missed.
+	since := time.Now()
+	if in != nil {
+		conn, err := s.r.ctrs.AttachStdin(id)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close() }()
+		go func() {
+			_, _ = io.Copy(conn, in)
+			_ = conn.Close() // the client's stdin ended: so does a StdinOnce container's
+		}()
 	}
 	w := io.Writer(io.Discard)
 	switch {
@@ -148,9 +164,8 @@ func (s streamRuntime) Attach(ctx context.Context, id string, _ io.Reader, out, 
 	case errw != nil:
 		w = errw
 	}
-	none := logs.Tail(0)
 	return logs.ReadLogs(ctx, c.LogFile, logs.Options{
-		Follow: true, TailLines: none,
+		Follow: true, Since: since,
 		Done: func() bool {
 			c, err := s.r.ctrs.Get(id)
 			return err != nil || c.State() != supervisor.Running

@@ -43,9 +43,27 @@ func runMonitor(dir string) int {
 	}
 	oomBefore := cgroups.OOMCount(spec.MemoryDir, spec.CgroupV2)
 
-	cmd, stdout, stderr, err := startInCgroup(dir, &spec)
+	var stdinR, stdinW *os.File
+	if spec.Stdin {
+		var err error
+		if stdinR, stdinW, err = os.Pipe(); err != nil {
+			return failStart(dir, notify, err)
+		}
+	}
+	cmd, stdout, stderr, err := startInCgroup(dir, &spec, stdinR)
+	if stdinR != nil {
+		_ = stdinR.Close()
+	}
 	if err != nil {
 		return failStart(dir, notify, err)
+	}
+	if stdinW != nil {
+		stopStdin, err := serveStdin(dir, stdinW, spec.StdinOnce)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "monitor: stdin socket:", err)
+		} else {
+			defer stopStdin()
+		}
 	}
 	if spec.OOMScoreAdj != nil {
 		// Fails for negative values without CAP_SYS_RESOURCE; the agent
@@ -133,7 +151,7 @@ func runMonitor(dir string) int {
 // joins the container cgroup, forks (the child inherits the cgroup before it
 // execs anything), and moves itself back to where it came from so that its
 // own memory is not charged to the container.
-func startInCgroup(dir string, spec *Spec) (*exec.Cmd, *os.File, *os.File, error) {
+func startInCgroup(dir string, spec *Spec, stdin *os.File) (*exec.Cmd, *os.File, *os.File, error) {
 	if len(spec.Args) == 0 {
 		return nil, nil, nil, fmt.Errorf("no command")
 	}
@@ -160,9 +178,13 @@ func startInCgroup(dir string, spec *Spec) (*exec.Cmd, *os.File, *os.File, error
 		return nil, nil, nil, err
 	}
 	defer func() { _ = devnull.Close() }()
+	in := devnull
+	if stdin != nil {
+		in = stdin
+	}
 	cmd := &exec.Cmd{
 		Path: path, Args: spec.Args, Env: spec.Env, Dir: spec.WorkingDir,
-		Stdin: devnull, Stdout: outW, Stderr: errW,
+		Stdin: in, Stdout: outW, Stderr: errW,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
 	if spec.Rootfs != nil {

@@ -48,6 +48,9 @@ const (
 	FileSpec  = "monitor.json" // Spec, written by the agent before start
 	FileStart = "start.json"   // StartRecord, written by the monitor
 	FileExit  = "exit.json"    // ExitRecord, written by the monitor (or the agent if the monitor vanished)
+	// FileAttach is the unix socket whose connections feed the container's
+	// stdin (containers created with Stdin only).
+	FileAttach = "attach.sock"
 )
 
 // Reasons reported in ContainerStatus.
@@ -72,6 +75,10 @@ type Spec struct {
 	MemoryDir   string      `json:"memoryDir"` // memory cgroup dir, for OOM detection
 	CgroupV2    bool        `json:"cgroupV2"`
 	OOMScoreAdj *int64      `json:"oomScoreAdj,omitempty"`
+	// Stdin keeps the container's stdin open, fed by connections to
+	// FileAttach; with StdinOnce it closes when the first one ends.
+	Stdin     bool `json:"stdin,omitempty"`
+	StdinOnce bool `json:"stdinOnce,omitempty"`
 	// Rootfs, when set, runs the container from an image: through the
 	// container init, in its own namespaces and root filesystem.
 	Rootfs *RootfsSpec `json:"rootfs,omitempty"`

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +24,32 @@ import (
 // maxExecOutput caps what ExecSync keeps of each output stream, like other
 // runtimes do (16 MiB).
 const maxExecOutput = 16 << 20
+
+// AttachStdin connects to the stdin of a running container created with
+// Stdin; what is written to the connection reaches the container, and
+// closing it ends a StdinOnce container's input.
+func (s *Supervisor) AttachStdin(containerID string) (net.Conn, error) {
+	c, err := s.Get(containerID)
+	if err != nil {
+		return nil, err
+	}
+	if !c.Stdin {
+		return nil, fmt.Errorf("attach to the stdin of container %s: it was not created with stdin: true: %w", containerID, errdefs.ErrInvalidArgument)
+	}
+	if c.State() != Running {
+		return nil, fmt.Errorf("attach to container %s: container is not running: %w", containerID, errdefs.ErrConflict)
+	}
+	path, d, err := monitorproc.SocketPath(filepath.Join(s.dir, containerID), monitorproc.FileAttach)
+	if err != nil {
+		return nil, fmt.Errorf("attach to container %s: %w", containerID, err)
+	}
+	defer func() { _ = d.Close() }()
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("attach to the stdin of container %s: %w", containerID, err)
+	}
+	return conn, nil
+}
 
 // Stdio is where a command run in a container reads and writes. Nil
 // streams are not connected. With TTY the command gets a terminal: its

@@ -55,7 +55,9 @@ type Record struct {
 	Env         []string          `json:"env,omitempty"`
 	WorkingDir  string            `json:"workingDir,omitempty"`
 	Resources   *Resources        `json:"resources,omitempty"`
-	CgroupPath  string            `json:"cgroupPath"` // <parent>/<id>, relative to each hierarchy
+	CgroupPath  string            `json:"cgroupPath"`          // <parent>/<id>, relative to each hierarchy
+	Stdin       bool              `json:"stdin,omitempty"`     // stdin kept open for attach
+	StdinOnce   bool              `json:"stdinOnce,omitempty"` // closed when the first attach ends
 	CreatedAt   int64             `json:"createdAt"`
 }
 

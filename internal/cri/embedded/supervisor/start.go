@@ -115,6 +115,7 @@ func (s *Supervisor) launch(c *container, rec *Record) (bool, error) {
 		return false, err
 	}
 	spec.Args, spec.Env, spec.WorkingDir, spec.LogPath = rec.Args, rec.Env, rec.WorkingDir, rec.LogFile
+	spec.Stdin, spec.StdinOnce = rec.Stdin, rec.StdinOnce
 	if rec.Rootfs != nil {
 		spec.Rootfs = s.rootfsSpec(dir, rec.Rootfs)
 	}
