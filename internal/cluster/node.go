@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/utils/ptr"
 
 	"github.com/minilet/minilet/internal/errdefs"
@@ -157,33 +159,51 @@ func (n *nodeStatus) updateStatus(ctx context.Context, cur *v1.Node) error {
 	return n.write(ctx, cur, want)
 }
 
-// write puts status on the node with one request; on a conflict it
-// re-reads the node and tries once more.
-func (n *nodeStatus) write(ctx context.Context, cur *v1.Node, status v1.NodeStatus) error {
+// write puts status on the node as the kubelet does: it reads the Node
+// afresh and patches its status subresource with the difference
+// (strategic merge), so nothing outside status (taints, unschedulable,
+// labels others set) is ever sent back stale. The first argument is only
+// what the caller had; the fresh read decides.
+func (n *nodeStatus) write(ctx context.Context, _ *v1.Node, status v1.NodeStatus) error {
 	nodes := n.c.client.CoreV1().Nodes()
-	for attempt := 0; ; attempt++ {
-		upd := cur.DeepCopy()
-		upd.Status = mergeNodeStatus(cur.Status, status)
-		got, err := nodes.UpdateStatus(ctx, upd, metav1.UpdateOptions{})
-		if err == nil {
-			n.mu.Lock()
-			n.node, n.lastReport = got, n.c.clock.Now()
-			n.mu.Unlock()
-			return nil
+	name := n.c.cfg.NodeName
+	cur, err := nodes.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			n.forget() // deleted behind our back: register again
 		}
-		if !apierrors.IsConflict(err) || attempt > 0 {
-			if apierrors.IsNotFound(err) {
-				n.forget() // deleted behind our back: register again
-			}
-			return classify(err, "updating status of node "+cur.Name)
-		}
-		if cur, err = nodes.Get(ctx, cur.Name, metav1.GetOptions{}); err != nil {
-			if apierrors.IsNotFound(err) {
-				n.forget()
-			}
-			return classify(err, "getting node "+n.c.cfg.NodeName)
-		}
+		return classify(err, "getting node "+name)
 	}
+	patch, err := statusPatch(cur, mergeNodeStatus(cur.Status, status))
+	if err != nil {
+		return fmt.Errorf("status patch for node %s: %w", name, err)
+	}
+	got, err := nodes.Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			n.forget()
+		}
+		return classify(err, "patching status of node "+name)
+	}
+	n.mu.Lock()
+	n.node, n.lastReport = got, n.c.clock.Now()
+	n.mu.Unlock()
+	return nil
+}
+
+// statusPatch is the strategic merge patch that turns cur's status into
+// status, guarded by cur's UID (a Node deleted and re-created meanwhile
+// is not patched).
+func statusPatch(cur *v1.Node, status v1.NodeStatus) ([]byte, error) {
+	before, err := json.Marshal(v1.Node{Status: cur.Status})
+	if err != nil {
+		return nil, err
+	}
+	after, err := json.Marshal(v1.Node{ObjectMeta: metav1.ObjectMeta{UID: cur.UID}, Status: status})
+	if err != nil {
+		return nil, err
+	}
+	return strategicpatch.CreateTwoWayMergePatch(before, after, v1.Node{})
 }
 
 func (n *nodeStatus) forget() {
