@@ -40,7 +40,7 @@ func newEvents(ctx context.Context, cfg *config.Config, reg prometheus.Registere
 	b.AddSink(events.NewStoreSink(st))
 	b.Start(ctx)
 	return &eventPipeline{
-		recorder:    b.NewRecorder(v1.EventSource{Component: "minilet", Host: cfg.NodeName}),
+		recorder:    b.NewRecorder(v1.EventSource{Component: events.Component, Host: cfg.NodeName}),
 		broadcaster: b,
 		store:       st,
 	}, nil

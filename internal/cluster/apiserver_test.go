@@ -311,7 +311,7 @@ func TestEventSinkCreatesThenPatchesCount(t *testing.T) {
 		InvolvedObject: v1.ObjectReference{Kind: "Node", Name: fn.name, UID: types.UID(fn.name)},
 		Reason:         "Starting", Message: "starting", Type: v1.EventTypeNormal, Count: 1,
 		FirstTimestamp: now, LastTimestamp: now,
-		Source: v1.EventSource{Component: "minilet", Host: fn.name},
+		Source: v1.EventSource{Component: "kubelet", Host: fn.name},
 	}
 	sink := c.EventSink()
 	if _, err := sink.Create(ctx, ev); err != nil {

@@ -150,7 +150,7 @@ func TestRecorderBuildsEvents(t *testing.T) {
 	if !strings.HasPrefix(e.Name, "web.") || e.Namespace != "ns1" {
 		t.Errorf("name %s/%s, want ns1/web.<hex>", e.Namespace, e.Name)
 	}
-	if e.Source != (v1.EventSource{Component: "minilet", Host: "node1"}) || e.ReportingController != "minilet" || e.ReportingInstance != "node1" {
+	if e.Source != (v1.EventSource{Component: "kubelet", Host: "node1"}) || e.ReportingController != "kubelet" || e.ReportingInstance != "node1" {
 		t.Errorf("source %+v reporting %s/%s", e.Source, e.ReportingController, e.ReportingInstance)
 	}
 	if !e.FirstTimestamp.Time.Equal(clk.Now()) || !e.LastTimestamp.Time.Equal(clk.Now()) || e.Count != 1 {

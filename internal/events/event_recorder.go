@@ -15,9 +15,9 @@ import (
 	"github.com/minilet/minilet/internal/errdefs"
 )
 
-// Component is the event source component minilet reports, in place of
-// the kubelet's "kubelet".
-const Component = "minilet"
+// Component is the event source component (and reporting controller)
+// minilet reports: the kubelet's, which tools filter on.
+const Component = "kubelet"
 
 // EventRecorder runs each call through the correlator and, when it is to
 // be written, builds the v1.Event and queues it on its broadcaster, never

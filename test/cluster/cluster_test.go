@@ -156,7 +156,8 @@ func TestLivenessFailuresRestartAndShowAsEventsWithCounts(t *testing.T) {
 		seen := ""
 		for _, ev := range list.Items {
 			seen += fmt.Sprintf("%s x%d; ", ev.Reason, ev.Count)
-			if ev.Reason == "Unhealthy" && ev.Count >= 2 && ev.Source.Host == e.a.NodeName {
+			// Source component "kubelet", as tools that filter on it expect.
+			if ev.Reason == "Unhealthy" && ev.Count >= 2 && ev.Source.Host == e.a.NodeName && ev.Source.Component == "kubelet" {
 				return true, seen
 			}
 		}
