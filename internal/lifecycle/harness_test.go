@@ -365,7 +365,7 @@ func (a *fakeAdmitter) Admit(_ context.Context, pod *v1.Pod, active []*v1.Pod) (
 	}
 	a.seen = append(a.seen, names)
 	if reason, ok := a.reject[pod.Name]; ok {
-		return false, reason, fmt.Sprintf("Pod was rejected: %s by %s", reason, a.name)
+		return false, reason, fmt.Sprintf("%s by %s", reason, a.name)
 	}
 	a.admitted = append(a.admitted, pod.Name)
 	return true, "", ""

@@ -14,6 +14,7 @@ import (
 
 	"github.com/minilet/minilet/internal/pleg"
 	"github.com/minilet/minilet/internal/podspec"
+	"github.com/minilet/minilet/internal/status"
 )
 
 // Snapshot is the full set of pods one source wants now.
@@ -216,7 +217,13 @@ func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
 	if ok, reason, msg := l.admit(ctx, pod, active); !ok {
 		l.log.Info("pod rejected", "pod", podRef(pod), "reason", reason, "message", msg)
 		l.cfg.Recorder.Event(pod, v1.EventTypeWarning, reason, msg)
-		l.cfg.Pods.reject(pod.UID, rejectedStatus(reason, msg, l.cfg.Clock.Now()))
+		st := status.Failed(pod, reason, msg, l.cfg.Clock.Now())
+		l.cfg.Pods.reject(pod.UID, st)
+		// The API server learns it too: a controller replaces a pod that
+		// ended Failed, never one left Pending.
+		if l.cfg.Publisher != nil {
+			l.cfg.Publisher.PublishStatus(ctx, pod, st)
+		}
 		return
 	}
 	l.cfg.Workers.UpdatePod(pod)
@@ -240,13 +247,6 @@ func release(admitters []Admitter, uid types.UID) {
 			r.Release(uid)
 		}
 	}
-}
-
-// rejectedStatus is the status of a pod that failed admission: Failed,
-// with the reason and message the kubelet uses.
-func rejectedStatus(reason, message string, now time.Time) v1.PodStatus {
-	t := metav1.NewTime(now)
-	return v1.PodStatus{Phase: v1.PodFailed, Reason: reason, Message: message, StartTime: &t}
 }
 
 // deletePod terminates a pod the API server deleted, with the grace

@@ -133,8 +133,11 @@ func TestAdmission(t *testing.T) {
 	if st.Phase != v1.PodFailed || st.Reason != "OutOfcpu" || st.Message != "Pod was rejected: OutOfcpu by resources" {
 		t.Fatalf("rejected status = %+v", st)
 	}
-	if !h.rec.Has("Warning OutOfcpu Pod was rejected: OutOfcpu by resources") {
+	if !h.rec.Has("Warning OutOfcpu OutOfcpu by resources") {
 		t.Fatalf("no rejection event: %v", h.rec.Events())
+	}
+	if pub := h.publisher.statuses["big"]; pub.Phase != v1.PodFailed || pub.Reason != "OutOfcpu" || pub.Message != st.Message {
+		t.Fatalf("the API server was told %+v about the rejected pod, want it Failed with the reason", pub)
 	}
 	if got := h.admitters[0].released; len(got) != 1 || got[0] != big.UID {
 		t.Fatalf("devices released for %v, want only the rejected pod", got)

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/ptr"
@@ -286,4 +288,18 @@ func TestAgentRestartKeepsAPIPodsRunning(t *testing.T) {
 	}
 	e.create(e.pod("newcomer", "sleep", "1000"))
 	e.waitPod("a pod created after the restart runs", "newcomer", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+}
+
+// A pod that does not fit is rejected as the kubelet rejects it: Failed in
+// the API server with the reason, so that its controller replaces it
+// instead of waiting on a Pending pod forever.
+func TestRejectedPodIsFailedInTheAPIServer(t *testing.T) {
+	e := setup(t)
+	p := e.pod("huge", "sleep", "1000")
+	p.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("1000")}
+	e.create(p)
+	got := e.waitPod("huge Failed in the API server", "huge", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+	if got.Status.Reason != "OutOfcpu" || !strings.HasPrefix(got.Status.Message, "Pod was rejected: Node didn't have enough resource: cpu") {
+		t.Errorf("rejected pod's status: reason %q message %q", got.Status.Reason, got.Status.Message)
+	}
 }
