@@ -65,6 +65,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer ev.close(log)
 	recorder := ev.recorder
 
+	// Cluster mode: the API server's client, the status publisher and the
+	// event sink, before anything records an event. The node loop starts
+	// below, once the node can be built.
+	link, err := newClusterLink(ctx, bg, cfg, clk, log, ev)
+	if err != nil {
+		return err
+	}
+	if link != nil {
+		defer func() { cancel(); link.publisher.Wait() }()
+	}
+
 	// The container runtime: embedded, or a CRI endpoint.
 	cri, closeRuntime, err := newRuntime(ctx, cfg, addrs.IP, log)
 	if err != nil {
@@ -129,16 +140,6 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		ContainerOptions:      devices,
 		MaxParallelImagePulls: kuberuntime.PullParallelism(cfg.SerializeImagePulls, cfg.MaxParallelImagePulls),
 	})
-
-	// Cluster mode: the API server's client, the status publisher and the
-	// event sink. The node loop starts below, once the node can be built.
-	link, err := newClusterLink(ctx, bg, cfg, clk, log, ev)
-	if err != nil {
-		return err
-	}
-	if link != nil {
-		defer func() { cancel(); link.publisher.Wait() }()
-	}
 
 	// The core's per-pod steps, run by one worker per pod.
 	syncer, err := lifecycle.NewSyncer(lifecycle.SyncerConfig{
@@ -207,6 +208,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		NodeName: cfg.NodeName, Addresses: addrs, Port: portOf(api.secure.Addr()),
 		RuntimeVersion: runtimeVersion,
 		Resources:      cgroups, Pressure: evictor, PLEG: relister, Runtime: cri, Clock: clk,
+		Recorder: recorder,
 	})
 
 	// The sync loop: admission in the kubelet's order (devices, resource
@@ -261,6 +263,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	probeEvents := make(chan types.UID, 100)
 	bg.run(func(ctx context.Context) { forwardProbeUpdates(ctx, probes.Updates(), probeEvents) })
 
+	recorder.Event(nodeRef, v1.EventTypeNormal, "Starting", "Starting kubelet.")
 	log.Info("minilet started", "node", cfg.NodeName, "rootDir", cfg.RootDir, "runtime", runtimeVersion)
 	loopDone := make(chan struct{})
 	go func() {

@@ -270,8 +270,10 @@ func TestEnsurePodBadInput(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "requests[memory]") {
 		t.Fatalf("EnsurePod(bad) = %v, want invalid argument naming requests[memory]", err)
 	}
-	if ev := rec.Events(); len(ev) != 1 || !strings.Contains(ev[0], "Warning "+ReasonFailedCreatePodContainer) {
-		t.Errorf("events = %q, want one %s warning", ev, ReasonFailedCreatePodContainer)
+	// Start enforced allocatable on pods: the node's event, then the pod's warning.
+	if ev := rec.Events(); len(ev) != 2 || ev[0] != "Normal NodeAllocatableEnforced Updated Node Allocatable limit across pods" ||
+		!strings.Contains(ev[1], "Warning "+ReasonFailedCreatePodContainer) {
+		t.Errorf("events = %q, want NodeAllocatableEnforced then one %s warning", ev, ReasonFailedCreatePodContainer)
 	}
 	if m.Driver().Exists(m.podName(v1.PodQOSBurstable, bad.UID)) {
 		t.Error("a cgroup was created for the bad pod")

@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
@@ -170,6 +171,11 @@ func (m *Manager) Start(ctx context.Context) error {
 		if err := m.driver.Create(m.kubepods.Child(tier), nil); err != nil {
 			return fmt.Errorf("--cgroup-root %q: create %s: %w", m.cfg.CgroupRoot, m.driver.Path(m.kubepods.Child(tier)), err)
 		}
+	}
+	if m.cfg.enforcePods() {
+		// The kubelet's node event once pods are held to allocatable.
+		node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: m.cfg.NodeName, UID: types.UID(m.cfg.NodeName)}}
+		m.cfg.Recorder.Event(node, v1.EventTypeNormal, "NodeAllocatableEnforced", "Updated Node Allocatable limit across pods")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -8,6 +8,7 @@ package nodestatus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -16,9 +17,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/nodeaddr"
 )
 
@@ -61,6 +64,10 @@ type Config struct {
 	Pressure  Pressure
 	PLEG      Relister
 	Runtime   RuntimeStatus
+	// Recorder receives the node's events as the kubelet records them:
+	// NodeHasSufficientMemory, NodeReady, NodeNotReady, ... when a
+	// condition is first reported and whenever it changes. Default: none.
+	Recorder events.Recorder
 	// Clock stamps heartbeats and transitions. Default: the real clock.
 	Clock clock.Clock
 }
@@ -79,6 +86,9 @@ type Builder struct {
 func New(cfg Config) *Builder {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = events.Nop{}
 	}
 	return &Builder{
 		cfg: cfg, startedAt: cfg.Clock.Now(),
@@ -116,6 +126,7 @@ func (b *Builder) Node() *v1.Node {
 			DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: int32(b.cfg.Port)}},
 			NodeInfo: v1.NodeSystemInfo{
 				MachineID:               readTrim("/etc/machine-id"),
+				SystemUUID:              systemUUID(),
 				BootID:                  readTrim("/proc/sys/kernel/random/boot_id"),
 				KernelVersion:           kernel,
 				OSImage:                 osImage,
@@ -128,34 +139,36 @@ func (b *Builder) Node() *v1.Node {
 	}
 }
 
-// condition is one node condition before its times are filled in.
+// condition is one node condition before its times are filled in; event
+// is the reason of the node event the kubelet records when it is reported.
 type condition struct {
 	typ             v1.NodeConditionType
 	status          v1.ConditionStatus
 	reason, message string
+	event           string
 }
 
 // conditions are the pressure conditions and Ready, in the kubelet's
 // words, each with the time it last changed.
 func (b *Builder) conditions(now time.Time) []v1.NodeCondition {
 	conds := []condition{
-		{v1.NodeMemoryPressure, v1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"},
-		{v1.NodeDiskPressure, v1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"},
-		{v1.NodePIDPressure, v1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"},
-		{v1.NodeReady, v1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"},
+		{v1.NodeMemoryPressure, v1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available", "NodeHasSufficientMemory"},
+		{v1.NodeDiskPressure, v1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure", "NodeHasNoDiskPressure"},
+		{v1.NodePIDPressure, v1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available", "NodeHasSufficientPID"},
+		{v1.NodeReady, v1.ConditionTrue, "KubeletReady", "kubelet is posting ready status", "NodeReady"},
 	}
 	memory, disk, pid := b.cfg.Pressure.Conditions()
 	if memory {
-		conds[0] = condition{v1.NodeMemoryPressure, v1.ConditionTrue, "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"}
+		conds[0] = condition{v1.NodeMemoryPressure, v1.ConditionTrue, "KubeletHasInsufficientMemory", "kubelet has insufficient memory available", "NodeHasInsufficientMemory"}
 	}
 	if disk {
-		conds[1] = condition{v1.NodeDiskPressure, v1.ConditionTrue, "KubeletHasDiskPressure", "kubelet has disk pressure"}
+		conds[1] = condition{v1.NodeDiskPressure, v1.ConditionTrue, "KubeletHasDiskPressure", "kubelet has disk pressure", "NodeHasDiskPressure"}
 	}
 	if pid {
-		conds[2] = condition{v1.NodePIDPressure, v1.ConditionTrue, "KubeletHasInsufficientPID", "kubelet has insufficient PID available"}
+		conds[2] = condition{v1.NodePIDPressure, v1.ConditionTrue, "KubeletHasInsufficientPID", "kubelet has insufficient PID available", "NodeHasInsufficientPID"}
 	}
 	if ready, msg := b.readiness(); !ready {
-		conds[3] = condition{v1.NodeReady, v1.ConditionFalse, "KubeletNotReady", msg}
+		conds[3] = condition{v1.NodeReady, v1.ConditionFalse, "KubeletNotReady", msg, "NodeNotReady"}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -164,6 +177,8 @@ func (b *Builder) conditions(now time.Time) []v1.NodeCondition {
 		if b.last[c.typ] != c.status {
 			b.last[c.typ] = c.status
 			b.since[c.typ] = now
+			b.cfg.Recorder.Event(b.ref(), v1.EventTypeNormal, c.event,
+				fmt.Sprintf("Node %s status is now: %s", b.cfg.NodeName, c.event))
 		}
 		out = append(out, v1.NodeCondition{
 			Type: c.typ, Status: c.status, Reason: c.reason, Message: c.message,
@@ -172,6 +187,12 @@ func (b *Builder) conditions(now time.Time) []v1.NodeCondition {
 		})
 	}
 	return out
+}
+
+// ref is the node as events name it (the kubelet's reference: the node's
+// name as its UID).
+func (b *Builder) ref() *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: b.cfg.NodeName, UID: types.UID(b.cfg.NodeName)}}
 }
 
 // readiness is the node's Ready condition: PLEG relisted recently and the
@@ -207,6 +228,17 @@ func readTrim(path string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// systemUUID is the machine's SMBIOS UUID, as the kubelet reads it ("" on
+// machines without one, such as some VMs).
+func systemUUID() string {
+	for _, p := range []string{"/sys/class/dmi/id/product_uuid", "/proc/device-tree/system-id", "/proc/device-tree/vm,uuid"} {
+		if v := strings.Trim(readTrim(p), "\x00"); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 func kernelVersion() string { return readTrim("/proc/sys/kernel/osrelease") }
