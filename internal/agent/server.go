@@ -121,7 +121,7 @@ func serveAPI(ctx context.Context, bg *background, l listeners, v apiViews, link
 		Logger:     log,
 	}
 	secure := tls.NewListener(l.secure, tlsConfig)
-	if err := server.WriteAddrFile(cfg.RootDir, "https://"+l.secure.Addr().String()); err != nil {
+	if err := server.WriteAddrFile(cfg.RootDir, l.secure.Addr().String()); err != nil {
 		return fmt.Errorf("recording the API address under --root-dir: %w", err)
 	}
 	log.Info("serving the kubelet API", "address", "https://"+l.secure.Addr().String(),

@@ -3,9 +3,12 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,6 +25,7 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/pki"
 	"github.com/minilet/minilet/internal/server"
 )
 
@@ -339,15 +343,48 @@ func TestEmptyAndDisabledEndpoints(t *testing.T) {
 	}
 }
 
+// The CLI finds a local agent through its root dir: the address file, the
+// local admin's client certificate and the pinned serving certificate.
 func TestServerFromAddrFile(t *testing.T) {
-	url := startAgent(t, testAgent(t))
+	a := testAgent(t)
 	root := t.TempDir()
-	if err := server.WriteAddrFile(root, strings.TrimPrefix(url, "http://")); err != nil {
+	dir := pki.Dir(root)
+	caPEM, err := pki.EnsureLocalAdmin(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := pki.EnsureServing(dir, "node1", []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _ := os.ReadFile(certFile)
+	if err := pki.WritePin(dir, certPEM); err != nil {
+		t.Fatal(err)
+	}
+	clients := x509.NewCertPool()
+	clients.AppendCertsFromPEM(caPEM)
+	ts := httptest.NewUnstartedServer(server.New(server.Config{Pods: a, Node: a}).Handler())
+	ts.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clients}
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	if err := server.WriteAddrFile(root, strings.TrimPrefix(ts.URL, "https://")); err != nil {
 		t.Fatal(err)
 	}
 	out, _, err := run(t, "", "--root-dir", root, "get", "node")
 	if err != nil || !strings.Contains(out, "node1") {
 		t.Fatalf("addr file not used: %q %v", out, err)
+	}
+	// Another server at the same address with another certificate is not
+	// the agent the CLI recorded.
+	if err := pki.WritePin(dir, []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run(t, "", "--root-dir", root, "get", "node"); err == nil {
+		t.Fatal("the CLI trusted a server whose certificate is not the pinned one")
 	}
 }
 

@@ -55,7 +55,7 @@ func AddCommands(root *cobra.Command, opts Options) {
 	}
 	pf := root.PersistentFlags()
 	if pf.Lookup("server") == nil {
-		pf.String("server", "", "URL of the agent's HTTP API (default: from <root-dir>/minilet.addr, else "+DefaultServer+")")
+		pf.String("server", "", "URL of the agent's HTTPS API (default: from <root-dir>/minilet.addr, else "+DefaultServer+")")
 	}
 	if pf.Lookup("root-dir") == nil {
 		pf.String("root-dir", DefaultRootDir, "the agent's root directory, where it records its address")

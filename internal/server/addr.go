@@ -12,8 +12,9 @@ import (
 	"github.com/minilet/minilet/internal/errdefs"
 )
 
-// AddrFileName is the file under the agent's root dir that holds the URL of
-// its HTTP server, so the CLI finds a local agent listening on any port.
+// AddrFileName is the file under the agent's root dir that holds the
+// address of its HTTPS API, so the CLI finds a local agent listening on any
+// port.
 const AddrFileName = "minilet.addr"
 
 // WriteAddrFile records the server's listen address as "host:port" (a
@@ -54,7 +55,7 @@ func dialable(addr string) string {
 	}
 }
 
-// ReadAddrFile returns the agent's URL ("http://host:port") from the address
+// ReadAddrFile returns the agent's URL ("https://host:port") from the address
 // recorded by WriteAddrFile, or an error wrapping errdefs.ErrNotFound when
 // there is none.
 func ReadAddrFile(rootDir string) (string, error) {
@@ -71,7 +72,7 @@ func ReadAddrFile(rootDir string) (string, error) {
 		return "", fmt.Errorf("address file %s is empty: %w", path, errdefs.ErrNotFound)
 	}
 	if !strings.Contains(u, "://") {
-		u = "http://" + u
+		u = "https://" + u
 	}
 	return u, nil
 }

@@ -351,7 +351,7 @@ func TestAddrFileRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	u, err := ReadAddrFile(dir)
-	if err != nil || u != "http://127.0.0.1:4321" {
+	if err != nil || u != "https://127.0.0.1:4321" {
 		t.Fatalf("got %q, %v", u, err)
 	}
 	// The file itself holds host:port, which scripts prefix themselves.
@@ -359,10 +359,10 @@ func TestAddrFileRoundTrip(t *testing.T) {
 		t.Fatalf("file content %q, %v", b, err)
 	}
 	for in, want := range map[string]string{
-		"0.0.0.0:10255": "http://127.0.0.1:10255",
-		"[::]:10255":    "http://[::1]:10255",
-		":10255":        "http://127.0.0.1:10255",
-		"10.1.2.3:80":   "http://10.1.2.3:80",
+		"0.0.0.0:10250": "https://127.0.0.1:10250",
+		"[::]:10250":    "https://[::1]:10250",
+		":10250":        "https://127.0.0.1:10250",
+		"10.1.2.3:80":   "https://10.1.2.3:80",
 	} {
 		if err := WriteAddrFile(dir, in); err != nil {
 			t.Fatal(err)

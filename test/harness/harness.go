@@ -163,7 +163,7 @@ func (a *Agent) Start() {
 			}
 			return false, err.Error()
 		}
-		a.Addr = strings.TrimSpace(string(b))
+		a.Addr = "https://" + strings.TrimSpace(string(b))
 		tc, err := pki.ClientTLS(pki.Dir(a.RootDir))
 		if err != nil {
 			return false, err.Error()
