@@ -32,6 +32,7 @@ import (
 	apiserverapi "k8s.io/apiserver/pkg/apis/apiserver"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/request/union"
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -140,7 +141,9 @@ func New(cfg Config, c Clients) (*Auth, error) {
 		}
 		authns = append(authns, d)
 	}
-	a.authn = firstOf(authns)
+	// The first authenticator that knows the request wins; with none, every
+	// request is unauthenticated.
+	a.authn = union.New(authns...)
 
 	switch cfg.Mode {
 	case ModeAlwaysAllow:
@@ -290,23 +293,4 @@ func localAdminUser(chain []*x509.Certificate) (*authenticator.Response, bool, e
 		Name:   chain[0].Subject.CommonName,
 		Groups: []string{user.AllAuthenticated},
 	}}}, true, nil
-}
-
-// firstOf asks each authenticator in turn; the first that knows the
-// request wins. With none, every request is unauthenticated.
-func firstOf(authns []authenticator.Request) authenticator.Request {
-	return authenticator.RequestFunc(func(r *http.Request) (*authenticator.Response, bool, error) {
-		var errs []error
-		for _, a := range authns {
-			resp, ok, err := a.AuthenticateRequest(r)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if ok {
-				return resp, true, nil
-			}
-		}
-		return nil, false, errors.Join(errs...)
-	})
 }

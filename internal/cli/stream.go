@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 	"k8s.io/apimachinery/pkg/util/httpstream/spdy" //nolint:staticcheck // client-go v0.37 executors and dialers still take its types
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
@@ -133,26 +133,19 @@ func (e *env) runStream(cmd *cobra.Command, kind, podName string, command []stri
 // reports its size and changes; restore undoes it.
 func rawTerminal(in io.Reader) (restore func(), sizes remotecommand.TerminalSizeQueue) {
 	file, ok := in.(*os.File)
-	if !ok {
+	if !ok || !term.IsTerminal(int(file.Fd())) {
 		return func() {}, nil
 	}
 	fd := int(file.Fd())
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	old, err := term.MakeRaw(fd)
 	if err != nil {
 		return func() {}, nil
 	}
-	raw := *old
-	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	raw.Oflag &^= unix.OPOST
-	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	raw.Cflag &^= unix.CSIZE | unix.PARENB
-	raw.Cflag |= unix.CS8
-	_ = unix.IoctlSetTermios(fd, unix.TCSETS, &raw)
 	q := &winchQueue{fd: fd, ch: make(chan os.Signal, 1), first: true}
 	signal.Notify(q.ch, syscall.SIGWINCH)
 	return func() {
 		signal.Stop(q.ch)
-		_ = unix.IoctlSetTermios(fd, unix.TCSETS, old)
+		_ = term.Restore(fd, old)
 	}, q
 }
 
@@ -170,11 +163,11 @@ func (q *winchQueue) Next() *remotecommand.TerminalSize {
 		}
 	}
 	q.first = false
-	ws, err := unix.IoctlGetWinsize(q.fd, unix.TIOCGWINSZ)
+	w, h, err := term.GetSize(q.fd)
 	if err != nil {
 		return nil
 	}
-	return &remotecommand.TerminalSize{Width: ws.Col, Height: ws.Row}
+	return &remotecommand.TerminalSize{Width: uint16(w), Height: uint16(h)}
 }
 
 func newPortForwardCommand(e *env) *cobra.Command {
