@@ -12,6 +12,7 @@ import (
 	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/lifecycle"
+	"github.com/minilet/minilet/internal/nodecert"
 )
 
 // clusterLink is minilet's connection to the API server (--kubeconfig):
@@ -20,23 +21,41 @@ import (
 type clusterLink struct {
 	cluster   *cluster.Cluster
 	publisher *cluster.Publisher
+	creds     *nodecert.Client
 }
 
 // newClusterLink builds the API clients named by --kubeconfig and adds the
 // API server as an event sink; nil without --kubeconfig (standalone).
-// Nothing is contacted until the cluster is started.
+// With --bootstrap-kubeconfig and no usable --kubeconfig it first waits
+// for a client certificate (TLS bootstrapping); with rotateCertificates
+// it keeps renewing it. Otherwise nothing is contacted until the cluster
+// is started.
 func newClusterLink(ctx context.Context, bg *background, cfg *config.Config, clk clock.WithTicker, log *slog.Logger, ev *eventPipeline) (*clusterLink, error) {
 	if cfg.Kubeconfig == "" {
 		return nil, nil
 	}
+	creds, err := nodecert.NewClient(ctx, nodecert.ClientConfig{
+		Kubeconfig:          cfg.Kubeconfig,
+		BootstrapKubeconfig: cfg.BootstrapKubeconfig,
+		CertDir:             cfg.CertDir,
+		NodeName:            cfg.NodeName,
+		Rotate:              cfg.RotateCertificates,
+		Logger:              log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the node's API credentials: %w", err)
+	}
+	bg.run(creds.Run)
 	c, err := cluster.New(cluster.Config{
 		Kubeconfig:                cfg.Kubeconfig,
+		REST:                      creds.REST,
 		NodeName:                  cfg.NodeName,
 		NodeStatusUpdateFrequency: cfg.NodeStatusUpdateFrequency,
 		NodeStatusReportFrequency: cfg.NodeStatusReportFrequency,
 		EventQPS:                  float32(cfg.EventRecordQPS),
 		EventBurst:                cfg.EventBurst,
 		Clock:                     clk,
+		Recorder:                  ev.recorder,
 		Logger:                    log,
 	})
 	if err != nil {
@@ -54,7 +73,7 @@ func newClusterLink(ctx context.Context, bg *background, cfg *config.Config, clk
 		defer cancel()
 		_ = w.Shutdown(sctx)
 	})
-	return &clusterLink{cluster: c, publisher: cluster.NewPublisher(c)}, nil
+	return &clusterLink{cluster: c, publisher: cluster.NewPublisher(c), creds: creds}, nil
 }
 
 // publisherOrNil is the core's Publisher, nil in standalone mode.

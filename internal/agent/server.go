@@ -1,18 +1,20 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
@@ -27,6 +29,7 @@ import (
 	"github.com/minilet/minilet/internal/kuberuntime"
 	"github.com/minilet/minilet/internal/lifecycle"
 	"github.com/minilet/minilet/internal/logs"
+	"github.com/minilet/minilet/internal/nodecert"
 	"github.com/minilet/minilet/internal/nodestatus"
 	"github.com/minilet/minilet/internal/pki"
 	"github.com/minilet/minilet/internal/server"
@@ -80,7 +83,14 @@ func (l listeners) close() {
 // fails reports on errc.
 func serveAPI(ctx context.Context, bg *background, l listeners, v apiViews, link *clusterLink, reg *prometheus.Registry, errc chan<- error, log *slog.Logger) error {
 	cfg := v.cfg
-	tlsConfig, err := servingTLS(cfg, v.node.Node, log)
+	serving, err := clusterServing(cfg, v.node.Node, link, log)
+	if err != nil {
+		return err
+	}
+	if serving != nil {
+		bg.run(serving.Run)
+	}
+	tlsConfig, err := servingTLS(cfg, v.node.Node, serving, log)
 	if err != nil {
 		return err
 	}
@@ -156,13 +166,52 @@ func nodeLogDir(cfg *config.Config) string {
 	return "/var/log"
 }
 
-// servingTLS is the HTTPS API's TLS configuration: --tls-cert-file, else
-// a self-signed certificate under <root-dir>/pki for the node's name and
-// addresses. Client certificates are asked for, not required: the
-// authenticator checks them (or a bearer token) per request.
-func servingTLS(cfg *config.Config, node func() *v1.Node, log *slog.Logger) (*tls.Config, error) {
+// clusterServing is the serving certificate the cluster signs
+// (serverTLSBootstrap); nil when not asked for, or standalone.
+func clusterServing(cfg *config.Config, node func() *v1.Node, link *clusterLink, log *slog.Logger) (*nodecert.Serving, error) {
+	if !cfg.ServerTLSBootstrap {
+		return nil, nil
+	}
+	if link == nil {
+		log.Warn("serverTLSBootstrap needs a cluster (--kubeconfig); serving a self-signed certificate")
+		return nil, nil
+	}
+	var hosts []string
+	var ips []net.IP
+	if n := node(); n != nil {
+		for _, a := range n.Status.Addresses {
+			switch a.Type {
+			case v1.NodeHostName, v1.NodeInternalDNS, v1.NodeExternalDNS:
+				hosts = append(hosts, a.Address)
+			case v1.NodeInternalIP, v1.NodeExternalIP:
+				if ip := net.ParseIP(a.Address); ip != nil {
+					ips = append(ips, ip)
+				}
+			}
+		}
+	}
+	s, err := nodecert.NewServing(nodecert.ServingConfig{
+		CertDir: cfg.CertDir, NodeName: cfg.NodeName, Hostnames: hosts, IPs: ips,
+		REST: link.creds.REST, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serverTLSBootstrap: %w", err)
+	}
+	return s, nil
+}
+
+// servingTLS is the HTTPS API's TLS configuration: the certificate the
+// cluster signed when serving is given and has one, else --tls-cert-file,
+// else a self-signed certificate in --cert-dir for the node's name and
+// addresses. (The kubelet refuses TLS until the cluster signs; minilet
+// serves its self-signed certificate meanwhile, which a client checking
+// the cluster CA refuses just the same, so that the local CLI works.)
+// The certificate served is recorded for the CLI to pin. Client
+// certificates are asked for, not required: the authenticator checks them
+// (or a bearer token) per request.
+func servingTLS(cfg *config.Config, node func() *v1.Node, serving *nodecert.Serving, log *slog.Logger) (*tls.Config, error) {
 	certFile, keyFile := cfg.TLSCertFile, cfg.TLSPrivateKeyFile
-	dir := pki.Dir(cfg.RootDir)
+	pinDir := pki.Dir(cfg.RootDir)
 	if certFile == "" {
 		var ips []net.IP
 		if n := node(); n != nil {
@@ -174,9 +223,9 @@ func servingTLS(cfg *config.Config, node func() *v1.Node, log *slog.Logger) (*tl
 		}
 		ips = append(ips, net.IPv4(127, 0, 0, 1), net.IPv6loopback)
 		var err error
-		certFile, keyFile, err = pki.EnsureServing(dir, cfg.NodeName, ips, []string{"localhost"})
+		certFile, keyFile, err = pki.EnsureServing(cfg.CertDir, cfg.NodeName, ips, []string{"localhost"})
 		if err != nil {
-			return nil, fmt.Errorf("serving certificate under --root-dir: %w", err)
+			return nil, fmt.Errorf("serving certificate in --cert-dir: %w", err)
 		}
 		log.Debug("serving a self-signed certificate", "cert", certFile)
 	}
@@ -184,20 +233,61 @@ func servingTLS(cfg *config.Config, node func() *v1.Node, log *slog.Logger) (*tl
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert-file %s / --tls-private-key-file %s: %w", certFile, keyFile, err)
 	}
-	certPEM, err := os.ReadFile(certFile)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file: %w", err)
-	}
-	if err := pki.WritePin(dir, certPEM); err != nil {
+	pin := &servedPin{dir: pinDir, log: log}
+	if err := pin.record(&pair); err != nil {
 		return nil, err
 	}
-	return &tls.Config{
+	tc := &tls.Config{
 		MinVersion:   cfg.TLSMinVersion,
 		Certificates: []tls.Certificate{pair},
 		ClientAuth:   tls.RequestClientCert,
 		// Upgraded streams (exec, attach, port-forward) need HTTP/1.1.
 		NextProtos: []string{"http/1.1"},
-	}, nil
+	}
+	if serving != nil {
+		tc.Certificates = nil
+		tc.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			cur := serving.Current()
+			if cur == nil {
+				cur = &pair
+			}
+			if err := pin.record(cur); err != nil {
+				return nil, err
+			}
+			return cur, nil
+		}
+	}
+	return tc, nil
+}
+
+// servedPin records the certificate the API serves for the CLI, rewriting
+// the record only when it changes (a cluster-signed certificate replaces
+// the self-signed one, or is renewed).
+type servedPin struct {
+	dir  string
+	log  *slog.Logger
+	mu   sync.Mutex
+	last []byte
+}
+
+func (p *servedPin) record(c *tls.Certificate) error {
+	if len(c.Certificate) == 0 {
+		return errors.New("serving certificate: empty chain")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if bytes.Equal(p.last, c.Certificate[0]) {
+		return nil
+	}
+	var buf bytes.Buffer
+	for _, der := range c.Certificate {
+		_ = pem.Encode(&buf, &pem.Block{Type: "CERTIFICATE", Bytes: der})
+	}
+	if err := pki.WritePin(p.dir, buf.Bytes()); err != nil {
+		return err
+	}
+	p.last = c.Certificate[0]
+	return nil
 }
 
 // authnSummary names the accepted credentials, for the start-up log.

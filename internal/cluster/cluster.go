@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/podspec"
 )
 
@@ -33,8 +34,12 @@ const SourceAPI = podspec.SourceAPI
 // kubelet's defaults.
 type Config struct {
 	// Kubeconfig is the path of the kubeconfig naming the API server and
-	// the node's credentials (bearer token or client certificate). Required.
+	// the node's credentials (bearer token or client certificate).
+	// Required unless REST is given; named in errors either way.
 	Kubeconfig string
+	// REST, when set, is the API server and credentials to use instead of
+	// reading Kubeconfig (e.g. a client certificate that rotates).
+	REST *rest.Config
 	// NodeName is the Node object's name. Required.
 	NodeName string
 
@@ -57,6 +62,10 @@ type Config struct {
 	EventBurst int
 	// RequestTimeout bounds each non-watch request; default 10s.
 	RequestTimeout time.Duration
+
+	// Recorder receives the node events the status loop notices (Rebooted:
+	// the API server's node has another boot ID); default none.
+	Recorder events.Recorder
 
 	// Clock drives every timer; default the real clock.
 	Clock clock.WithTicker
@@ -89,7 +98,7 @@ type Cluster struct {
 // until Start.
 func New(cfg Config) (*Cluster, error) {
 	switch {
-	case cfg.Kubeconfig == "":
+	case cfg.Kubeconfig == "" && cfg.REST == nil:
 		return nil, fmt.Errorf("cluster: kubeconfig path is required: %w", errdefs.ErrInvalidArgument)
 	case cfg.NodeName == "":
 		return nil, fmt.Errorf("cluster: node name is required: %w", errdefs.ErrInvalidArgument)
@@ -101,10 +110,15 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: nodeLeaseDurationSeconds %d must not be negative: %w", cfg.LeaseDurationSeconds, errdefs.ErrInvalidArgument)
 	}
 	setDefaults(&cfg)
-	base, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: kubeconfig %s: %w: %w", cfg.Kubeconfig, errdefs.ErrInvalidArgument, err)
+	base := cfg.REST
+	if base == nil {
+		var err error
+		if base, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig); err != nil {
+			return nil, fmt.Errorf("cluster: kubeconfig %s: %w: %w", cfg.Kubeconfig, errdefs.ErrInvalidArgument, err)
+		}
 	}
+	base = rest.CopyConfig(base)
+	var err error
 	c := &Cluster{cfg: cfg, log: cfg.Logger.With("component", "cluster"), clock: cfg.Clock}
 	base.UserAgent = "minilet/" + cfg.NodeName
 	mk := func(qps float32, burst int, timeout time.Duration) (kubernetes.Interface, error) {
@@ -161,6 +175,9 @@ func setDefaults(cfg *Config) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = events.Nop{}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"path/filepath"
 	"os"
 	"slices"
 	"strings"
@@ -34,6 +35,10 @@ func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.
 		ImageGCPeriod:               o.ImageGCPeriod,
 		DevicePluginDir:             o.DevicePluginDir,
 		Kubeconfig:                  o.Kubeconfig,
+		BootstrapKubeconfig:         o.BootstrapKubeconfig,
+		CertDir:                     o.CertDir,
+		RotateCertificates:          kc.RotateCertificates,
+		ServerTLSBootstrap:          kc.ServerTLSBootstrap,
 		StaticPodPath:               kc.StaticPodPath,
 		StaticPodURL:                kc.StaticPodURL,
 		StaticPodURLHeader:          http.Header{},
@@ -220,6 +225,18 @@ func buildIdentity(c *Config, kc *kubeletv1beta1.KubeletConfiguration, o *Option
 	}
 	if u := kc.StaticPodURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 		errs = append(errs, field.Invalid(field.NewPath("staticPodURL"), u, "must be an http or https URL"))
+	}
+	if c.BootstrapKubeconfig != "" && c.Kubeconfig == "" {
+		errs = append(errs, field.Required(field.NewPath("--"+FlagKubeconfig), "--"+FlagBootstrapKubeconfig+" needs --kubeconfig: the path the bootstrapped credentials are written to"))
+	}
+	if c.CertDir == "" {
+		c.CertDir = filepath.Join(c.RootDir, "pki")
+	} else if !strings.HasPrefix(c.CertDir, "/") {
+		errs = append(errs, field.Invalid(field.NewPath("--"+FlagCertDir), c.CertDir, "must be an absolute path"))
+	}
+	c.NodeStatusMaxImages = int(*kc.NodeStatusMaxImages)
+	if c.NodeStatusMaxImages < -1 {
+		errs = append(errs, field.Invalid(field.NewPath("nodeStatusMaxImages"), c.NodeStatusMaxImages, "must be -1 (no limit) or greater"))
 	}
 	return errs
 }

@@ -34,6 +34,11 @@ type Config struct {
 	RootDir         string // --root-dir; default /var/lib/minilet
 	DevicePluginDir string // --device-plugin-dir; default /var/lib/kubelet/device-plugins
 	Kubeconfig      string // --kubeconfig; "" = standalone
+	// TLS bootstrapping and certificate rotation (cluster mode).
+	BootstrapKubeconfig string // --bootstrap-kubeconfig; "" = none
+	CertDir             string // --cert-dir; default <root-dir>/pki
+	RotateCertificates  bool   // rotateCertificates / --rotate-certificates; default false
+	ServerTLSBootstrap  bool   // serverTLSBootstrap; default false
 
 	// Pod sources.
 	StaticPodPath      string        // staticPodPath / --pod-manifest-path; "" = none
@@ -71,6 +76,7 @@ type Config struct {
 	NodeStatusUpdateFrequency time.Duration // default 10s
 	NodeStatusReportFrequency time.Duration // default 5m
 	MaxPods                   int           // default 110
+	NodeStatusMaxImages       int           // nodeStatusMaxImages; default 50, -1 = no limit
 
 	// Cgroups and resources.
 	CgroupRoot             string          // cgroupRoot / --cgroup-root; default /minilet (the kubelet's is "/")

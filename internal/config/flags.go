@@ -13,15 +13,17 @@ type Options struct {
 	ConfigFile string
 
 	// Flags without a KubeletConfiguration field.
-	RootDir          string
-	DevicePluginDir  string
-	HostnameOverride string
-	Kubeconfig       string
-	NodeIP           string
-	LogLevel         string
-	Verbosity        int
-	PinnedImages     []string      // --pinned-image: never garbage-collected
-	ImageGCPeriod    time.Duration // --image-gc-period
+	RootDir             string
+	DevicePluginDir     string
+	HostnameOverride    string
+	Kubeconfig          string
+	BootstrapKubeconfig string
+	CertDir             string
+	NodeIP              string
+	LogLevel            string
+	Verbosity           int
+	PinnedImages        []string      // --pinned-image: never garbage-collected
+	ImageGCPeriod       time.Duration // --image-gc-period
 
 	// Flags backed by a KubeletConfiguration field (name in brackets).
 	PodManifestPath          string            // staticPodPath
@@ -33,6 +35,7 @@ type Options struct {
 	ReadOnlyPort             int32             // readOnlyPort
 	TLSCertFile              string            // tlsCertFile
 	TLSPrivateKeyFile        string            // tlsPrivateKeyFile
+	RotateCertificates       bool              // rotateCertificates
 	ClientCAFile             string            // authentication.x509.clientCAFile
 	AnonymousAuth            bool              // authentication.anonymous.enabled
 	AuthenticationWebhook    bool              // authentication.webhook.enabled
@@ -76,6 +79,9 @@ const (
 	FlagCgroupDriver             = "cgroup-driver"
 	FlagHostnameOverride         = "hostname-override"
 	FlagKubeconfig               = "kubeconfig"
+	FlagBootstrapKubeconfig      = "bootstrap-kubeconfig"
+	FlagCertDir                  = "cert-dir"
+	FlagRotateCertificates       = "rotate-certificates"
 	FlagNodeIP                   = "node-ip"
 	FlagKubeReserved             = "kube-reserved"
 	FlagSystemReserved           = "system-reserved"
@@ -129,6 +135,9 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.CgroupDriver, FlagCgroupDriver, "cgroupfs", "cgroup driver: cgroupfs or systemd")
 	fs.StringVar(&o.HostnameOverride, FlagHostnameOverride, "", "node name to use instead of the host name")
 	fs.StringVar(&o.Kubeconfig, FlagKubeconfig, "", "kubeconfig of an API server to join as a node; empty = standalone")
+	fs.StringVar(&o.BootstrapKubeconfig, FlagBootstrapKubeconfig, "", "kubeconfig with credentials to request a client certificate (TLS bootstrapping) when --kubeconfig is missing or expired; --kubeconfig is then written")
+	fs.StringVar(&o.CertDir, FlagCertDir, "", "directory of the node's certificates (bootstrapped, rotated, self-signed); default <root-dir>/pki")
+	fs.BoolVar(&o.RotateCertificates, FlagRotateCertificates, false, "renew the client certificate from the API server before it expires")
 	fs.StringVar(&o.NodeIP, FlagNodeIP, "", "IP address of the node; empty = detect")
 	fs.StringToStringVar(&o.KubeReserved, FlagKubeReserved, nil, "resources reserved for Kubernetes daemons, e.g. cpu=100m,memory=256Mi")
 	fs.StringToStringVar(&o.SystemReserved, FlagSystemReserved, nil, "resources reserved for the system, e.g. cpu=100m,memory=256Mi")

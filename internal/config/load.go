@@ -47,7 +47,7 @@ func Load(o *Options, fs *pflag.FlagSet) (*Config, error) {
 	SetDefaults(&kc, setFields{
 		readOnlyPort: present["readOnlyPort"] || changed(FlagReadOnlyPort),
 		port:         present["port"] || changed(FlagPort),
-		cluster:      o.Kubeconfig != "",
+		cluster:      o.Kubeconfig != "" || o.BootstrapKubeconfig != "",
 	})
 
 	cfg, errs := build(&kc, o)
@@ -129,6 +129,9 @@ func applyFlags(kc *kubeletv1beta1.KubeletConfiguration, o *Options, changed fun
 	}
 	if changed(FlagPort) {
 		kc.Port = o.Port
+	}
+	if changed(FlagRotateCertificates) {
+		kc.RotateCertificates = o.RotateCertificates
 	}
 	if changed(FlagTLSCertFile) {
 		kc.TLSCertFile = o.TLSCertFile
@@ -292,6 +295,9 @@ func SetDefaults(kc *kubeletv1beta1.KubeletConfiguration, set setFields) {
 	}
 	dur(&kc.Authorization.Webhook.CacheAuthorizedTTL, 5*time.Minute)
 	dur(&kc.Authorization.Webhook.CacheUnauthorizedTTL, 30*time.Second)
+	if kc.NodeStatusMaxImages == nil {
+		kc.NodeStatusMaxImages = ptr(int32(50))
+	}
 	if kc.EnableDebuggingHandlers == nil {
 		kc.EnableDebuggingHandlers = ptr(true)
 	}
@@ -370,6 +376,7 @@ var honoured = map[string]bool{
 	"apiVersion": true, "kind": true,
 	"address": true, "port": true, "readOnlyPort": true,
 	"tlsCertFile": true, "tlsPrivateKeyFile": true, "tlsMinVersion": true,
+	"rotateCertificates": true, "serverTLSBootstrap": true, "nodeStatusMaxImages": true,
 	"authentication": true, "authorization": true,
 	"enableDebuggingHandlers": true, "enableSystemLogHandler": true,
 	"staticPodPath": true, "staticPodURL": true, "staticPodURLHeader": true,

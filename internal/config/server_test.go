@@ -97,3 +97,35 @@ func TestSystemLogHandler(t *testing.T) {
 		t.Error("enableDebuggingHandlers: false left it on")
 	}
 }
+
+// TLS bootstrapping settings: --cert-dir defaults to <root-dir>/pki,
+// rotateCertificates and serverTLSBootstrap come from the file (the former
+// also from its flag), and a bootstrap kubeconfig needs --kubeconfig to
+// write to. nodeStatusMaxImages defaults to the kubelet's 50.
+func TestCertificateSettings(t *testing.T) {
+	c := mustLoad(t, "", "--root-dir=/r", "--kubeconfig=/k", "--bootstrap-kubeconfig=/b")
+	if c.CertDir != "/r/pki" || c.BootstrapKubeconfig != "/b" || c.RotateCertificates || c.ServerTLSBootstrap || c.NodeStatusMaxImages != 50 {
+		t.Errorf("defaults: certDir %q bootstrap %q rotate %v serverTLSBootstrap %v maxImages %d", c.CertDir, c.BootstrapKubeconfig, c.RotateCertificates, c.ServerTLSBootstrap, c.NodeStatusMaxImages)
+	}
+	file := header + "rotateCertificates: true\nserverTLSBootstrap: true\nnodeStatusMaxImages: -1\n"
+	c = mustLoad(t, file, "--kubeconfig=/k", "--cert-dir=/certs")
+	if c.CertDir != "/certs" || !c.RotateCertificates || !c.ServerTLSBootstrap || c.NodeStatusMaxImages != -1 || len(c.Ignored) != 0 {
+		t.Errorf("from the file: certDir %q rotate %v serverTLSBootstrap %v maxImages %d ignored %v", c.CertDir, c.RotateCertificates, c.ServerTLSBootstrap, c.NodeStatusMaxImages, c.Ignored)
+	}
+	if c = mustLoad(t, file, "--kubeconfig=/k", "--rotate-certificates=false"); c.RotateCertificates {
+		t.Error("--rotate-certificates=false did not override the file")
+	}
+	for _, tc := range []struct {
+		file string
+		args []string
+		want string
+	}{
+		{"", []string{"--bootstrap-kubeconfig=/b"}, "--kubeconfig"},
+		{"", []string{"--kubeconfig=/k", "--cert-dir=certs"}, "--cert-dir"},
+		{header + "nodeStatusMaxImages: -2\n", nil, "nodeStatusMaxImages"},
+	} {
+		if _, err := load(t, tc.file, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %q: error %v, want one naming %s", tc.args, tc.file, err, tc.want)
+		}
+	}
+}

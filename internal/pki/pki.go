@@ -121,13 +121,39 @@ func WritePin(dir string, certPEM []byte) error {
 
 // ClientTLS is the CLI's TLS configuration for the agent whose pki
 // directory is dir: the local admin's certificate, and a server that must
-// present exactly the pinned serving certificate. Reading the key needs
-// root: an unprivileged user gets a permission error.
+// present exactly the pinned serving certificate, read at each handshake
+// (the agent rewrites it when a cluster-signed certificate replaces its
+// own). Reading the key needs root: an unprivileged user gets a
+// permission error.
 func ClientTLS(dir string) (*tls.Config, error) {
 	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, ClientCertFile), filepath.Join(dir, ClientKeyFile))
 	if err != nil {
 		return nil, fmt.Errorf("the local client certificate in %s: %w", dir, err)
 	}
+	if _, err := readPin(dir); err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{pair},
+		// The chain is checked by pinning the leaf below, not by a CA:
+		// the serving certificate is usually self-signed.
+		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			pinned, err := readPin(dir)
+			if err != nil {
+				return err
+			}
+			if len(cs.PeerCertificates) == 0 || string(cs.PeerCertificates[0].Raw) != string(pinned) {
+				return errors.New("the server's certificate is not the one the agent recorded in " + filepath.Join(dir, PinFile))
+			}
+			return nil
+		},
+	}, nil
+}
+
+// readPin returns the pinned serving certificate (DER) in dir.
+func readPin(dir string) ([]byte, error) {
 	pinPEM, err := os.ReadFile(filepath.Join(dir, PinFile))
 	if err != nil {
 		return nil, fmt.Errorf("the agent's serving certificate: %w", err)
@@ -136,20 +162,7 @@ func ClientTLS(dir string) (*tls.Config, error) {
 	if block == nil {
 		return nil, fmt.Errorf("the agent's serving certificate %s: no PEM certificate", filepath.Join(dir, PinFile))
 	}
-	pinned := block.Bytes
-	return &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{pair},
-		// The chain is checked by pinning the leaf below, not by a CA:
-		// the serving certificate is usually self-signed.
-		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 || string(cs.PeerCertificates[0].Raw) != string(pinned) {
-				return errors.New("the server's certificate is not the one the agent recorded in " + filepath.Join(dir, PinFile))
-			}
-			return nil
-		},
-	}, nil
+	return block.Bytes, nil
 }
 
 // signClient issues a one-year client certificate for user cn.
