@@ -208,6 +208,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		NodeName: cfg.NodeName, Addresses: addrs, Port: portOf(api.secure.Addr()),
 		RuntimeVersion: runtimeVersion,
 		Resources:      cgroups, Pressure: evictor, PLEG: relister, Runtime: cri, Clock: clk,
+		Images: cri, MaxImages: cfg.NodeStatusMaxImages,
 		Recorder: recorder,
 	})
 

@@ -174,6 +174,11 @@ func (n *nodeStatus) write(ctx context.Context, _ *v1.Node, status v1.NodeStatus
 		}
 		return classify(err, "getting node "+name)
 	}
+	if old, now := cur.Status.NodeInfo.BootID, status.NodeInfo.BootID; old != "" && now != "" && old != now {
+		// The kubelet's words; recorded once, as the next read has the new ID.
+		ref := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)}}
+		n.c.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, "Rebooted", "Node %s has been rebooted, boot id: %s", name, now)
+	}
 	patch, err := statusPatch(cur, mergeNodeStatus(cur.Status, status))
 	if err != nil {
 		return fmt.Errorf("status patch for node %s: %w", name, err)

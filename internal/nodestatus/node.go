@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -51,6 +52,15 @@ type RuntimeStatus interface {
 	Status(ctx context.Context, verbose bool) (*runtimeapi.StatusResponse, error)
 }
 
+// ImageLister is the runtime's image service, for the node's image list.
+type ImageLister interface {
+	ListImages(ctx context.Context, filter *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error)
+}
+
+// maxNamesPerImage caps the names reported for one image, as the kubelet
+// does.
+const maxNamesPerImage = 5
+
 // Config holds what the node is built from.
 type Config struct {
 	NodeName  string
@@ -64,6 +74,11 @@ type Config struct {
 	Pressure  Pressure
 	PLEG      Relister
 	Runtime   RuntimeStatus
+	// Images lists the images on the node; nil = none reported.
+	Images ImageLister
+	// MaxImages (nodeStatusMaxImages) caps status.images, largest images
+	// first; -1 = no cap, 0 = none.
+	MaxImages int
 	// Recorder receives the node's events as the kubelet records them:
 	// NodeHasSufficientMemory, NodeReady, NodeNotReady, ... when a
 	// condition is first reported and whenever it changes. Default: none.
@@ -124,6 +139,7 @@ func (b *Builder) Node() *v1.Node {
 				{Type: v1.NodeHostName, Address: b.cfg.Addresses.Hostname},
 			},
 			DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: int32(b.cfg.Port)}},
+			Images:          b.images(),
 			NodeInfo: v1.NodeSystemInfo{
 				MachineID:               readTrim("/etc/machine-id"),
 				SystemUUID:              systemUUID(),
@@ -185,6 +201,38 @@ func (b *Builder) conditions(now time.Time) []v1.NodeCondition {
 			LastHeartbeatTime:  metav1.NewTime(now),
 			LastTransitionTime: metav1.NewTime(b.since[c.typ]),
 		})
+	}
+	return out
+}
+
+// images are the node's images for its status, as the kubelet reports
+// them: largest first, at most MaxImages, each with its digests then its
+// tags (at most five names); an image with no name is left out. A runtime that cannot list them leaves the
+// list empty for this round.
+func (b *Builder) images() []v1.ContainerImage {
+	if b.cfg.Images == nil || b.cfg.MaxImages == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := b.cfg.Images.ListImages(ctx, nil)
+	if err != nil {
+		return nil
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].GetSize() > list[j].GetSize() })
+	var out []v1.ContainerImage
+	for _, img := range list {
+		if b.cfg.MaxImages > 0 && len(out) == b.cfg.MaxImages {
+			break
+		}
+		names := append(append([]string{}, img.GetRepoDigests()...), img.GetRepoTags()...)
+		if len(names) == 0 {
+			continue // nothing to name it by
+		}
+		if len(names) > maxNamesPerImage {
+			names = names[:maxNamesPerImage]
+		}
+		out = append(out, v1.ContainerImage{Names: names, SizeBytes: int64(img.GetSize())})
 	}
 	return out
 }

@@ -61,3 +61,41 @@ func TestNodeEventsOnConditionChanges(t *testing.T) {
 	step("Normal NodeHasSufficientMemory Node n1 status is now: NodeHasSufficientMemory",
 		"Normal NodeReady Node n1 status is now: NodeReady")
 }
+
+type fakeImages []*runtimeapi.Image
+
+func (f fakeImages) ListImages(context.Context, *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error) {
+	return f, nil
+}
+
+// status.images is the kubelet's: largest first, capped at
+// nodeStatusMaxImages, digests then tags, at most five names each.
+func TestNodeImagesLargestFirstCapped(t *testing.T) {
+	f := &fakeNode{plegOK: true}
+	imgs := fakeImages{
+		{Id: "small", RepoTags: []string{"small:1"}, Size: 10},
+		{Id: "big", RepoTags: []string{"big:1", "big:2", "big:3", "big:4"}, RepoDigests: []string{"big@sha256:aa", "big@sha256:bb"}, Size: 1000},
+		{Id: "mid", RepoTags: []string{"mid:1"}, Size: 100},
+		{Id: "anonymous", Size: 5000},
+	}
+	build := func(max int) []v1.ContainerImage {
+		b := New(Config{NodeName: "n1", Resources: f, Pressure: f, PLEG: f, Runtime: f, Images: imgs, MaxImages: max})
+		return b.Node().Status.Images
+	}
+	got := build(2)
+	want := []v1.ContainerImage{
+		{Names: []string{"big@sha256:aa", "big@sha256:bb", "big:1", "big:2", "big:3"}, SizeBytes: 1000},
+		{Names: []string{"mid:1"}, SizeBytes: 100},
+	}
+	// The nameless image is the largest, but there is nothing to report
+	// it by: it is left out and takes no slot.
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("max 2: %+v, want %+v", got, want)
+	}
+	if got := build(-1); len(got) != 3 || !reflect.DeepEqual(got[:2], want) || got[2].Names[0] != "small:1" {
+		t.Errorf("no cap: %+v", got)
+	}
+	if got := build(0); len(got) != 0 {
+		t.Errorf("max 0: %+v, want none", got)
+	}
+}
