@@ -77,13 +77,35 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	if sb.LogDirectory != "" && rec.LogPath != "" {
 		rec.LogFile = filepath.Join(sb.LogDirectory, rec.LogPath)
 	}
-	if rec.Rootfs == nil && (len(config.GetMounts()) > 0 || len(config.GetDevices()) > 0) {
-		r.log.Debug("host-image container: mounts and devices are the host's own, not applied", "container", id, "name", name)
+	if rec.Rootfs == nil {
+		rec.Mounts = proc.Mounts
+		r.logHostLimits(config, id)
 	}
 	if err := r.ctrs.Create(rec); err != nil {
 		return "", criErr(fmt.Errorf("CreateContainer %q: %w", name, err))
 	}
 	return id, nil
+}
+
+// logHostLimits tells what a host-image container does not get of its
+// config: its mounts are bound in a mount namespace of its own, but its
+// devices are not (it sees the host's /dev), and none of its mounts can
+// reach the host (bidirectional propagation).
+func (r *Runtime) logHostLimits(config *runtimeapi.ContainerConfig, id string) {
+	name := config.GetMetadata().GetName()
+	if devs := config.GetDevices(); len(devs) > 0 {
+		paths := make([]string, len(devs))
+		for i, d := range devs {
+			paths[i] = d.GetContainerPath()
+		}
+		r.log.Debug("host-image container: devices not applied, the host's own /dev is visible", "container", id, "name", name, "devices", paths)
+	}
+	for _, m := range config.GetMounts() {
+		if m.GetPropagation() == runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL {
+			r.log.Warn("host-image container: bidirectional mount propagation is not supported, the mount gets host-to-container: mounts made inside stay inside",
+				"container", id, "name", name, "containerPath", m.GetContainerPath())
+		}
+	}
 }
 
 // canOverlay reports whether containers from images can stand on an

@@ -20,12 +20,15 @@ import (
 // own binary, the agent or cmd/minilet-monitor) in new mount, PID, UTS and
 // IPC namespaces; it mounts the root filesystem, /proc, /dev and /sys,
 // pivots into it, takes the container's user and execs the container's
-// command, which thus runs as PID 1. Failures before the exec are written to
-// fd 3; a successful exec closes it empty.
+// command, which thus runs as PID 1. For a host-image container with mounts
+// it is started in a new mount namespace only, binds the mounts onto the
+// host's tree there and execs the command as it is. Failures before the
+// exec are written to fd 3; a successful exec closes it empty.
 const (
-	initEnv   = "MINILET_EMBEDDED_INIT" // path of the monitor spec
-	initArg0  = "minilet-init"
-	initFlags = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC
+	initEnv       = "MINILET_EMBEDDED_INIT" // path of the monitor spec
+	initArg0      = "minilet-init"
+	initFlags     = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC
+	hostInitFlags = syscall.CLONE_NEWNS
 )
 
 // devices bound from the host into a container's /dev.
@@ -45,8 +48,11 @@ func runInit() int {
 	if err := statefile.Read(os.Getenv(initEnv), &spec); err != nil {
 		return fail(err)
 	}
-	if spec.Rootfs == nil || len(spec.Args) == 0 {
-		return fail(errors.New("init: no root filesystem or command"))
+	switch {
+	case len(spec.Args) == 0:
+		return fail(errors.New("init: no command"))
+	case spec.Rootfs == nil:
+		return fail(execOnHost(&spec))
 	}
 	if err := setupRootfs(spec.Rootfs, spec.WorkingDir); err != nil {
 		return fail(err)
@@ -75,6 +81,24 @@ func runInit() int {
 		return fail(err)
 	}
 	return fail(syscall.Exec(path, spec.Args, env))
+}
+
+// execOnHost runs a host-image container's command in the mount namespace
+// the init was started in, once the container's mounts are there: it
+// changes directory and resolves the command afterwards, so that both may
+// lie in a volume. It returns only on failure.
+func execOnHost(spec *Spec) error {
+	if err := setupHostMounts(spec.Mounts); err != nil {
+		return err
+	}
+	if err := os.Chdir(spec.WorkingDir); err != nil {
+		return fmt.Errorf("working directory %s: %w", spec.WorkingDir, err)
+	}
+	path, err := LookPath(spec.Args[0], spec.Env)
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(path, spec.Args, spec.Env)
 }
 
 // setupRootfs mounts the container's filesystems, creates the working
@@ -130,22 +154,8 @@ func setupRootfs(rs *RootfsSpec, workDir string) error {
 			mounts = append(mounts, BindMount{Source: f, Target: f, ReadOnly: true})
 		}
 	}
-	for _, b := range mounts {
-		st, err := os.Stat(b.Source)
-		if err != nil {
-			return fmt.Errorf("mount %s: %w", b.Source, err)
-		}
-		if err := mountIn(m, b.Target, st.IsDir(), func(p string) error {
-			if err := unix.Mount(b.Source, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-				return err
-			}
-			if b.ReadOnly {
-				return unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, "")
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
+	if err := bindMounts(m, mounts); err != nil {
+		return err
 	}
 	if wd, err := secureJoin(m, workDir); err != nil || os.MkdirAll(wd, 0o755) != nil {
 		return fmt.Errorf("working directory %s: cannot create it", workDir)
@@ -230,68 +240,6 @@ func populateDev(root string) error {
 		}
 	}
 	return nil
-}
-
-// mountIn creates target inside root (a directory, or an empty file when
-// dir is false), resolving symlinks as the container would see them, and
-// calls mount on the resulting host path.
-func mountIn(root, target string, dir bool, mount func(string) error) error {
-	p, err := secureJoin(root, target)
-	if err != nil {
-		return fmt.Errorf("mount target %s: %w", target, err)
-	}
-	if dir {
-		err = os.MkdirAll(p, 0o755)
-	} else if _, serr := os.Lstat(p); errors.Is(serr, os.ErrNotExist) {
-		if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
-			err = os.WriteFile(p, nil, 0o644)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("mount target %s: %w", target, err)
-	}
-	if err := mount(p); err != nil {
-		return fmt.Errorf("mount %s: %w", target, err)
-	}
-	return nil
-}
-
-// secureJoin resolves path inside root as if root were "/": symlinks,
-// absolute or relative, never lead outside root. Missing components are
-// joined as they are.
-func secureJoin(root, path string) (string, error) {
-	var resolved string // relative to root, always clean
-	rest := strings.Split(filepath.Clean("/"+path), "/")
-	links := 0
-	for len(rest) > 0 {
-		c := rest[0]
-		rest = rest[1:]
-		if c == "" || c == "." {
-			continue
-		}
-		if c == ".." {
-			resolved = filepath.Dir("/" + resolved)[1:]
-			continue
-		}
-		next := filepath.Join(resolved, c)
-		fi, err := os.Lstat(filepath.Join(root, next))
-		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
-			resolved = next
-			continue
-		}
-		if links++; links > 40 {
-			return "", errors.New("too many levels of symbolic links")
-		}
-		target, err := os.Readlink(filepath.Join(root, next))
-		if err != nil {
-			return "", err
-		}
-		if filepath.IsAbs(target) {
-			resolved = ""
-		}
-		rest = append(strings.Split(target, "/"), rest...)
-	}
-	return filepath.Join(root, resolved), nil
 }
 
 func hasMountTarget(ms []BindMount, target string) bool {

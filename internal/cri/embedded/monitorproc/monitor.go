@@ -158,7 +158,7 @@ func startInCgroup(dir string, spec *Spec, stdin *os.File) (*exec.Cmd, *os.File,
 	var path string
 	var initReport, initNotify *os.File
 	var err error
-	if spec.Rootfs == nil {
+	if !needsInit(spec) {
 		if path, err = LookPath(spec.Args[0], spec.Env); err != nil {
 			return nil, nil, nil, err
 		}
@@ -187,12 +187,15 @@ func startInCgroup(dir string, spec *Spec, stdin *os.File) (*exec.Cmd, *os.File,
 		Stdin: in, Stdout: outW, Stderr: errW,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
-	if spec.Rootfs != nil {
+	if needsInit(spec) {
 		defer func() { _ = initReport.Close() }()
 		cmd.Path, cmd.Args, cmd.Dir = "/proc/self/exe", []string{initArg0}, ""
 		cmd.Env = []string{initEnv + "=" + filepath.Join(dir, FileSpec)}
 		cmd.ExtraFiles = []*os.File{initNotify}
 		cmd.SysProcAttr.Cloneflags = initFlags
+		if spec.Rootfs == nil {
+			cmd.SysProcAttr.Cloneflags = hostInitFlags
+		}
 	}
 	home := ownCgroups(spec.CgroupDirs)
 	for _, h := range spec.CgroupDirs {
@@ -222,6 +225,12 @@ func startInCgroup(dir string, spec *Spec, stdin *os.File) (*exec.Cmd, *os.File,
 	}
 	return cmd, outR, errR, nil
 }
+
+// needsInit reports whether the container starts through the container
+// init: containers from images, and host-image containers with mounts
+// (which get a mount namespace of their own). Others run their command
+// directly, in the host's namespaces.
+func needsInit(spec *Spec) bool { return spec.Rootfs != nil || len(spec.Mounts) > 0 }
 
 // ownCgroups are the directories of the cgroups this process is in now,
 // in the hierarchies of dirs.

@@ -35,6 +35,10 @@ const (
 	// image: its PID 1 as the host sees it, and the working directory.
 	TrampolinePidEnv = TrampolineEnv + "_PID"
 	TrampolineDirEnv = TrampolineEnv + "_DIR"
+	// TrampolineMntEnv makes the exec trampoline enter the mount namespace
+	// of a host-image container with mounts (value: its process as the
+	// host sees it), in TrampolineDirEnv.
+	TrampolineMntEnv = TrampolineEnv + "_MNT"
 )
 
 // argv[0] of the helper processes.
@@ -82,6 +86,11 @@ type Spec struct {
 	// Rootfs, when set, runs the container from an image: through the
 	// container init, in its own namespaces and root filesystem.
 	Rootfs *RootfsSpec `json:"rootfs,omitempty"`
+	// Mounts are a host-image container's CRI mounts: when there are any,
+	// the container init binds them onto the host's tree in a new mount
+	// namespace of the container's own. (A container from an image has
+	// them in Rootfs.)
+	Mounts []BindMount `json:"mounts,omitempty"`
 }
 
 // CgroupDir is a container's cgroup in one hierarchy: Dir the cgroup
@@ -122,6 +131,10 @@ type BindMount struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
+	// HostToContainer keeps the mount a slave of the source's, so that
+	// mounts the host makes below the source later show up in the
+	// container; otherwise it is private.
+	HostToContainer bool `json:"hostToContainer,omitempty"`
 }
 
 // StartRecord is the monitor's report that the container process runs (or

@@ -15,8 +15,8 @@ import (
 )
 
 // runTrampoline is the exec helper: it joins the container's cgroups (their
-// directories in argv before "--"), then replaces itself with the command
-// after "--".
+// directories in argv before "--") and, where the container has them, its
+// namespaces, then replaces itself with the command after "--".
 // Failures before exec are reported on fd 3, which exec closes otherwise.
 func runTrampoline() int {
 	report := os.NewFile(3, "report")
@@ -51,6 +51,11 @@ func runTrampoline() int {
 	if pid := os.Getenv(TrampolinePidEnv); pid != "" {
 		return execInContainer(pid, os.Getenv(TrampolineDirEnv), argv, env, fail)
 	}
+	if pid := os.Getenv(TrampolineMntEnv); pid != "" {
+		if err := enterMountNamespace(pid, os.Getenv(TrampolineDirEnv)); err != nil {
+			return fail(err)
+		}
+	}
 	path, err := LookPath(argv[0], env)
 	if err != nil {
 		return fail(err)
@@ -58,12 +63,42 @@ func runTrampoline() int {
 	return fail(syscall.Exec(path, argv, env))
 }
 
+// enterMountNamespace moves the calling thread, which execs the command
+// next, into the mount namespace of a host-image container's process pid,
+// and into dir there. The kernel refuses setns into a mount namespace to a
+// thread sharing its root and working directory with others, as the Go
+// runtime's threads do: the thread takes a private copy of those first
+// (unshare CLONE_FS), and stays locked so that the exec happens on it.
+func enterMountNamespace(pid, dir string) error {
+	runtime.LockOSThread()
+	f, err := os.Open("/proc/" + pid + "/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("container is gone: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare filesystem attributes: %w", err)
+	}
+	if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("enter mount namespace: %w", err)
+	}
+	// setns left the thread at the namespace's root.
+	if dir == "" {
+		dir = "/"
+	}
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("working directory %s: %w", dir, err)
+	}
+	return nil
+}
+
 // execInContainer runs argv inside the container whose init is pid: in its
 // PID, UTS and IPC namespaces, chrooted into its root (through
 // /proc/PID/root, which shows the container's mounts), as the user its PID 1
-// runs as. A Go process cannot join a mount namespace, so the command stays
-// in the host's, which only its /proc/self/mounts can tell. The trampoline
-// waits for it and exits with its status.
+// runs as. The command stays in the host's mount namespace (it does not
+// join the container's as enterMountNamespace does), which only its
+// /proc/self/mounts can tell. The trampoline waits for it and exits with
+// its status.
 func execInContainer(pid, dir string, argv, env []string, fail func(error) int) int {
 	runtime.LockOSThread() // setns below is per thread; the child forks from it
 	cred, err := procCredential(pid)

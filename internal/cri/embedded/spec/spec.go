@@ -26,17 +26,42 @@ type Process struct {
 	WorkingDir string
 	// Rootfs isolates a container from an image; nil for the host image.
 	Rootfs *supervisor.Rootfs
+	// Mounts are a host-image container's mounts (an image's are in
+	// Rootfs).
+	Mounts []monitorproc.BindMount
 }
 
 // FromHost resolves a container on the host image (the host's root
-// filesystem): its command and args, which it must have, and its
-// environment with the PATH, HOME and HOSTNAME an image would provide.
+// filesystem): its command and args, which it must have, its environment
+// with the PATH, HOME and HOSTNAME an image would provide, and its mounts.
+// A mount's propagation is private unless it asks for host-to-container;
+// bidirectional gets host-to-container too, since the container's mounts
+// never reach the host.
 func FromHost(config *runtimeapi.ContainerConfig) (Process, error) {
 	args := append(append([]string{}, config.GetCommand()...), config.GetArgs()...)
 	if len(args) == 0 {
 		return Process{}, errors.New("field command is required (the host image has no default command)")
 	}
-	return Process{Args: args, Env: hostEnv(config.GetEnvs()), WorkingDir: config.GetWorkingDir()}, nil
+	mounts, err := bindMounts(config.GetMounts())
+	if err != nil {
+		return Process{}, err
+	}
+	for i, m := range config.GetMounts() {
+		mounts[i].HostToContainer = m.GetPropagation() != runtimeapi.MountPropagation_PROPAGATION_PRIVATE
+	}
+	return Process{Args: args, Env: hostEnv(config.GetEnvs()), WorkingDir: config.GetWorkingDir(), Mounts: mounts}, nil
+}
+
+// bindMounts are the CRI mounts as the container init takes them.
+func bindMounts(ms []*runtimeapi.Mount) ([]monitorproc.BindMount, error) {
+	var out []monitorproc.BindMount
+	for _, m := range ms {
+		if m.GetContainerPath() == "" || m.GetHostPath() == "" {
+			return nil, fmt.Errorf("field mounts: container_path and host_path are required")
+		}
+		out = append(out, monitorproc.BindMount{Source: m.GetHostPath(), Target: m.GetContainerPath(), ReadOnly: m.GetReadonly()})
+	}
+	return out, nil
 }
 
 // FromImage resolves a container from a stored image: its command
@@ -76,11 +101,8 @@ func FromImage(img *imagestore.Record, config *runtimeapi.ContainerConfig) (Proc
 	}
 	rf := &supervisor.Rootfs{Layers: append([]string(nil), img.Layers...), User: user, Caps: caps,
 		ReadOnly: config.GetLinux().GetSecurityContext().GetReadonlyRootfs()}
-	for _, m := range config.GetMounts() {
-		if m.GetContainerPath() == "" || m.GetHostPath() == "" {
-			return Process{}, fmt.Errorf("field mounts: container_path and host_path are required")
-		}
-		rf.Mounts = append(rf.Mounts, monitorproc.BindMount{Source: m.GetHostPath(), Target: m.GetContainerPath(), ReadOnly: m.GetReadonly()})
+	if rf.Mounts, err = bindMounts(config.GetMounts()); err != nil {
+		return Process{}, err
 	}
 	// Devices (from device plugins) are their host nodes bound in place.
 	for _, d := range config.GetDevices() {

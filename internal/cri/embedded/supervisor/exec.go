@@ -66,7 +66,7 @@ type TermSize struct{ Width, Height uint16 }
 
 // Exec runs cmd in the container's environment (its env, working
 // directory, cgroups and, for a container from an image, its namespaces and
-// root) and returns its output, each stream cut at 16 MiB. A non-zero exit
+// root; for a host-image container with mounts, its mount namespace) and returns its output, each stream cut at 16 MiB. A non-zero exit
 // is returned as a k8s.io/utils/exec.CodeExitError (as the kubelet's CRI
 // client does); a timeout as an error wrapping context.DeadlineExceeded; a
 // command that cannot be run (missing binary) as an error classified
@@ -133,10 +133,16 @@ func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []s
 		}
 		defer term.close()
 	}
-	if rec.Rootfs != nil {
+	switch {
+	case rec.Rootfs != nil:
 		// The trampoline enters the container's namespaces and root.
 		proc.Dir = ""
 		proc.Env = append(proc.Env, monitorproc.TrampolinePidEnv+"="+strconv.Itoa(pid), monitorproc.TrampolineDirEnv+"="+rec.WorkingDir)
+	case len(rec.Mounts) > 0:
+		// The trampoline enters the container's mount namespace, where the
+		// working directory may be one of its volumes.
+		proc.Dir = ""
+		proc.Env = append(proc.Env, monitorproc.TrampolineMntEnv+"="+strconv.Itoa(pid), monitorproc.TrampolineDirEnv+"="+rec.WorkingDir)
 	}
 	err = proc.Start()
 	_ = reportW.Close()

@@ -59,6 +59,10 @@ type Record struct {
 	Stdin       bool              `json:"stdin,omitempty"`     // stdin kept open for attach
 	StdinOnce   bool              `json:"stdinOnce,omitempty"` // closed when the first attach ends
 	CreatedAt   int64             `json:"createdAt"`
+
+	// Mounts are a host-image container's CRI mounts, bound in a mount
+	// namespace of its own (a container from an image has them in Rootfs).
+	Mounts []monitorproc.BindMount `json:"mounts,omitempty"`
 }
 
 // ImageRef is the image ID containers report: the config digest, or the

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -118,6 +119,9 @@ func (s *Supervisor) launch(c *container, rec *Record) (bool, error) {
 	spec.Stdin, spec.StdinOnce = rec.Stdin, rec.StdinOnce
 	if rec.Rootfs != nil {
 		spec.Rootfs = s.rootfsSpec(dir, rec.Rootfs)
+	} else if len(rec.Mounts) > 0 {
+		spec.Mounts = rec.Mounts
+		s.logMountPoints(rec)
 	}
 	if rec.Resources != nil && rec.Resources.OOMScoreAdj != nil {
 		spec.OOMScoreAdj = rec.Resources.OOMScoreAdj
@@ -172,6 +176,24 @@ func (s *Supervisor) launch(c *container, rec *Record) (bool, error) {
 		return true, fmt.Errorf("waiting for the monitor: %w", err)
 	}
 	return true, nil
+}
+
+// logMountPoints tells which mount targets of a host-image container do
+// not exist on the host: the container init creates them there as empty
+// mount points (a directory, or a file for a file source), and they stay
+// after the container. Existing targets are used as they are.
+func (s *Supervisor) logMountPoints(rec *Record) {
+	for _, m := range rec.Mounts {
+		if _, err := os.Stat(m.Target); !errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		kind := "directory"
+		if st, err := os.Stat(m.Source); err == nil && !st.IsDir() {
+			kind = "file"
+		}
+		s.log.Debug("host-image container: mount target does not exist on the host; creating it as an empty mount point",
+			"container", rec.ID, "name", rec.Name, "target", m.Target, "as", kind)
+	}
 }
 
 // createCgroup makes the container's cgroup with its limits, and returns a
