@@ -13,12 +13,14 @@ import (
 	"path/filepath"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/cm"
 	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/devicemanager"
+	"github.com/minilet/minilet/internal/downward"
 	"github.com/minilet/minilet/internal/eviction"
 	"github.com/minilet/minilet/internal/images"
 	"github.com/minilet/minilet/internal/kuberuntime"
@@ -30,6 +32,7 @@ import (
 	"github.com/minilet/minilet/internal/podworkers"
 	"github.com/minilet/minilet/internal/prober"
 	"github.com/minilet/minilet/internal/store"
+	"github.com/minilet/minilet/internal/volumes"
 )
 
 // Run starts the agent and blocks until ctx ends or a server fails. Pods
@@ -124,6 +127,20 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	probes.Start(ctx)
 	bg.onStop(probes.Stop)
 
+	// Pod volumes: emptyDir, hostPath, and (from the API server) configMap,
+	// secret, projected service-account tokens; downwardAPI.
+	podsDir := filepath.Join(cfg.RootDir, "pods")
+	vols, err := volumes.New(volumes.Config{
+		PodsDir: podsDir, Objects: link.objectsOrNil(), Clock: clk, Logger: log,
+		Node: downward.Node{HostIP: addrs.IP, Allocatable: func(r v1.ResourceName) (resource.Quantity, bool) {
+			q, ok := cgroups.Allocatable()[r]
+			return q, ok
+		}},
+	})
+	if err != nil {
+		return err
+	}
+
 	// The runtime manager carries out what the core decides.
 	rm := kuberuntime.New(kuberuntime.Config{
 		Runtime:               cri,
@@ -133,7 +150,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Clock:                 clk,
 		Logger:                log,
 		LogRoot:               filepath.Join(cfg.RootDir, "logs"),
-		PodsDir:               filepath.Join(cfg.RootDir, "pods"),
+		PodsDir:               podsDir,
+		Volumes:               vols,
+		Objects:               link.objectsOrNil(),
 		HostIP:                addrs.IP,
 		NodeAllocatable:       cgroups.Allocatable(),
 		PodCgroups:            cgroups,
@@ -145,6 +164,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	syncer, err := lifecycle.NewSyncer(lifecycle.SyncerConfig{
 		Pods: pods, Runtime: rm, Cgroups: cgroups, Prober: probes,
 		Publisher: link.publisherOrNil(),
+		Volumes:   vols,
 		HostIP:    addrs.IP,
 		Recorder:  recorder, Clock: clk, Logger: log, Metrics: kubeletMetrics,
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/lifecycle"
 	"github.com/minilet/minilet/internal/nodecert"
+	"github.com/minilet/minilet/internal/volumes"
 )
 
 // clusterLink is minilet's connection to the API server (--kubeconfig):
@@ -74,6 +75,15 @@ func newClusterLink(ctx context.Context, bg *background, cfg *config.Config, clk
 		_ = w.Shutdown(sctx)
 	})
 	return &clusterLink{cluster: c, publisher: cluster.NewPublisher(c), creds: creds}, nil
+}
+
+// objectsOrNil serves configMaps, secrets and tokens to pod volumes and
+// env; nil in standalone mode.
+func (l *clusterLink) objectsOrNil() volumes.Objects {
+	if l == nil {
+		return nil
+	}
+	return l.cluster
 }
 
 // publisherOrNil is the core's Publisher, nil in standalone mode.

@@ -1,16 +1,21 @@
 package kuberuntime
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"math"
+	"maps"
 	"runtime"
+	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minilet/minilet/internal/downward"
 	"github.com/minilet/minilet/internal/errdefs"
 )
 
@@ -20,7 +25,7 @@ const errNoAPIServer = "standalone mode has no API server to read it from"
 // makeEnv builds the container's environment in the kubelet's order:
 // envFrom first, then env, each value expanded with $(VAR) against the
 // variables defined before it.
-func (m *Manager) makeEnv(pod *v1.Pod, c *v1.Container, podIP string) ([]*runtimeapi.KeyValue, error) {
+func (m *Manager) makeEnv(ctx context.Context, pod *v1.Pod, c *v1.Container, podIP string) ([]*runtimeapi.KeyValue, error) {
 	vars := map[string]string{}
 	var order []string
 	set := func(k, v string) {
@@ -30,17 +35,27 @@ func (m *Manager) makeEnv(pod *v1.Pod, c *v1.Container, podIP string) ([]*runtim
 		vars[k] = v
 	}
 	for _, from := range c.EnvFrom {
-		switch {
-		case from.ConfigMapRef != nil:
-			if from.ConfigMapRef.Optional != nil && *from.ConfigMapRef.Optional {
+		data, err := m.envFromData(ctx, pod, from)
+		if err != nil {
+			return nil, err
+		}
+		keys := make([]string, 0, len(data))
+		for k := range data {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var invalid []string
+		for _, k := range keys {
+			name := from.Prefix + k
+			if len(validation.IsEnvVarName(name)) > 0 {
+				invalid = append(invalid, name)
 				continue
 			}
-			return nil, fmt.Errorf("configmap %q: %s: %w", from.ConfigMapRef.Name, errNoAPIServer, errdefs.ErrNotFound)
-		case from.SecretRef != nil:
-			if from.SecretRef.Optional != nil && *from.SecretRef.Optional {
-				continue
-			}
-			return nil, fmt.Errorf("secret %q: %s: %w", from.SecretRef.Name, errNoAPIServer, errdefs.ErrNotFound)
+			set(name, data[k])
+		}
+		if len(invalid) > 0 {
+			m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "InvalidEnvironmentVariableNames",
+				"Keys [%s] from the EnvFrom %s were skipped since they are considered invalid environment variable names.", strings.Join(invalid, ", "), envFromName(from))
 		}
 	}
 	for _, e := range c.Env {
@@ -48,7 +63,7 @@ func (m *Manager) makeEnv(pod *v1.Pod, c *v1.Container, podIP string) ([]*runtim
 			set(e.Name, expand(e.Value, vars))
 			continue
 		}
-		v, ok, err := m.envValueFrom(pod, c, e, podIP)
+		v, ok, err := m.envValueFrom(ctx, pod, c, e, podIP)
 		if err != nil {
 			return nil, fmt.Errorf("env %q of container %q: %w", e.Name, c.Name, err)
 		}
@@ -63,109 +78,107 @@ func (m *Manager) makeEnv(pod *v1.Pod, c *v1.Container, podIP string) ([]*runtim
 	return out, nil
 }
 
-func (m *Manager) envValueFrom(pod *v1.Pod, c *v1.Container, e v1.EnvVar, podIP string) (string, bool, error) {
+func (m *Manager) envValueFrom(ctx context.Context, pod *v1.Pod, c *v1.Container, e v1.EnvVar, podIP string) (string, bool, error) {
 	from := e.ValueFrom
 	switch {
 	case from.FieldRef != nil:
-		v, err := m.fieldValue(pod, from.FieldRef.FieldPath, podIP)
+		v, err := downward.Field(pod, from.FieldRef.FieldPath, m.node(), podIP)
 		return v, err == nil, err
 	case from.ResourceFieldRef != nil:
-		v, err := m.resourceValue(pod, c, from.ResourceFieldRef)
+		v, err := downward.Resource(pod, c, from.ResourceFieldRef, m.node())
 		return v, err == nil, err
 	case from.ConfigMapKeyRef != nil:
-		if from.ConfigMapKeyRef.Optional != nil && *from.ConfigMapKeyRef.Optional {
-			return "", false, nil
-		}
-		return "", false, fmt.Errorf("configmap %q: %s: %w", from.ConfigMapKeyRef.Name, errNoAPIServer, errdefs.ErrNotFound)
+		ref := from.ConfigMapKeyRef
+		return m.keyValue(ctx, "ConfigMap", pod.Namespace, ref.Name, ref.Key, isTrue(ref.Optional))
 	case from.SecretKeyRef != nil:
-		if from.SecretKeyRef.Optional != nil && *from.SecretKeyRef.Optional {
-			return "", false, nil
-		}
-		return "", false, fmt.Errorf("secret %q: %s: %w", from.SecretKeyRef.Name, errNoAPIServer, errdefs.ErrNotFound)
+		ref := from.SecretKeyRef
+		return m.keyValue(ctx, "Secret", pod.Namespace, ref.Name, ref.Key, isTrue(ref.Optional))
 	}
 	return "", false, fmt.Errorf("valueFrom names no source: %w", errdefs.ErrInvalidArgument)
 }
 
-func (m *Manager) fieldValue(pod *v1.Pod, path, podIP string) (string, error) {
-	if k, ok := subscript(path, "metadata.labels"); ok {
-		return pod.Labels[k], nil
-	}
-	if k, ok := subscript(path, "metadata.annotations"); ok {
-		return pod.Annotations[k], nil
-	}
-	switch path {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
-	case "spec.nodeName":
-		return pod.Spec.NodeName, nil
-	case "spec.serviceAccountName":
-		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP", "status.hostIPs":
-		return m.cfg.HostIP, nil
-	case "status.podIP", "status.podIPs":
-		if podIP == "" && pod.Spec.HostNetwork {
-			return m.cfg.HostIP, nil
+// objectData reads a ConfigMap's or Secret's data; found is false (and
+// err nil) for a missing optional one.
+func (m *Manager) objectData(ctx context.Context, kind, ns, name string, optional bool) (data map[string]string, found bool, err error) {
+	lower := strings.ToLower(kind)
+	if m.cfg.Objects == nil {
+		if optional {
+			return nil, false, nil
 		}
-		return podIP, nil
+		return nil, false, fmt.Errorf("%s %q: %s: %w", lower, name, errNoAPIServer, errdefs.ErrNotFound)
 	}
-	return "", fmt.Errorf("unsupported fieldRef %q: %w", path, errdefs.ErrInvalidArgument)
-}
-
-// subscript parses `prefix['key']`.
-func subscript(path, prefix string) (string, bool) {
-	rest, ok := strings.CutPrefix(path, prefix+"['")
-	if !ok || !strings.HasSuffix(rest, "']") {
-		return "", false
-	}
-	return strings.TrimSuffix(rest, "']"), true
-}
-
-// resourceValue answers a resourceFieldRef; a limit left unset is the
-// node's allocatable amount, as in the kubelet.
-func (m *Manager) resourceValue(pod *v1.Pod, c *v1.Container, ref *v1.ResourceFieldSelector) (string, error) {
-	target := c
-	if ref.ContainerName != "" && ref.ContainerName != c.Name {
-		target = nil
-		for i := range pod.Spec.Containers {
-			if pod.Spec.Containers[i].Name == ref.ContainerName {
-				target = &pod.Spec.Containers[i]
+	data = map[string]string{}
+	switch kind {
+	case "ConfigMap":
+		cm, gerr := m.cfg.Objects.ConfigMap(ctx, ns, name)
+		if err = gerr; err == nil {
+			maps.Copy(data, cm.Data)
+			for k, v := range cm.BinaryData {
+				data[k] = string(v)
 			}
 		}
-		if target == nil {
-			return "", fmt.Errorf("resourceFieldRef names unknown container %q: %w", ref.ContainerName, errdefs.ErrInvalidArgument)
+	default:
+		s, gerr := m.cfg.Objects.Secret(ctx, ns, name)
+		if err = gerr; err == nil {
+			for k, v := range s.Data {
+				data[k] = string(v)
+			}
 		}
 	}
-	kind, name, ok := strings.Cut(ref.Resource, ".")
-	if !ok || (kind != "limits" && kind != "requests") {
-		return "", fmt.Errorf("unsupported resourceFieldRef %q: %w", ref.Resource, errdefs.ErrInvalidArgument)
+	if err != nil {
+		if optional && errors.Is(err, errdefs.ErrNotFound) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("%s %q: %w", lower, name, err)
 	}
-	res := v1.ResourceName(name)
-	list := target.Resources.Requests
-	if kind == "limits" {
-		list = target.Resources.Limits
+	return data, true, nil
+}
+
+// keyValue is one key of a ConfigMap or Secret, as configMapKeyRef and
+// secretKeyRef ask; a missing key fails with the kubelet's message unless
+// optional.
+func (m *Manager) keyValue(ctx context.Context, kind, ns, name, key string, optional bool) (string, bool, error) {
+	data, found, err := m.objectData(ctx, kind, ns, name, optional)
+	if err != nil || !found {
+		return "", false, err
 	}
-	q, set := list[res]
-	if !set && kind == "limits" {
-		q, set = m.allocatable(res)
+	v, ok := data[key]
+	if !ok {
+		if optional {
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("couldn't find key %s in %s %s/%s: %w", key, kind, ns, name, errdefs.ErrNotFound)
 	}
-	if !set {
-		q = resource.Quantity{}
+	return v, true, nil
+}
+
+// envFromData is the data an envFrom source adds (nil for a missing
+// optional one).
+func (m *Manager) envFromData(ctx context.Context, pod *v1.Pod, from v1.EnvFromSource) (map[string]string, error) {
+	switch {
+	case from.ConfigMapRef != nil:
+		d, _, err := m.objectData(ctx, "ConfigMap", pod.Namespace, from.ConfigMapRef.Name, isTrue(from.ConfigMapRef.Optional))
+		return d, err
+	case from.SecretRef != nil:
+		d, _, err := m.objectData(ctx, "Secret", pod.Namespace, from.SecretRef.Name, isTrue(from.SecretRef.Optional))
+		return d, err
 	}
-	divisor := ref.Divisor
-	if divisor.IsZero() {
-		divisor = resource.MustParse("1")
+	return nil, nil
+}
+
+func envFromName(from v1.EnvFromSource) string {
+	if from.ConfigMapRef != nil {
+		return "configMap " + from.ConfigMapRef.Name
 	}
-	switch res {
-	case v1.ResourceCPU:
-		return fmt.Sprint(int64(math.Ceil(float64(q.MilliValue()) / float64(divisor.MilliValue())))), nil
-	case v1.ResourceMemory, v1.ResourceEphemeralStorage:
-		return fmt.Sprint(int64(math.Ceil(float64(q.Value()) / float64(divisor.Value())))), nil
+	if from.SecretRef != nil {
+		return "secret " + from.SecretRef.Name
 	}
-	return "", fmt.Errorf("unsupported resource %q in resourceFieldRef: %w", ref.Resource, errdefs.ErrInvalidArgument)
+	return "source"
+}
+
+// node is what the downward API needs of the node.
+func (m *Manager) node() downward.Node {
+	return downward.Node{HostIP: m.cfg.HostIP, Allocatable: m.allocatable}
 }
 
 func (m *Manager) allocatable(name v1.ResourceName) (resource.Quantity, bool) {
@@ -232,3 +245,5 @@ func expandAll(in []string, vars map[string]string) []string {
 	}
 	return out
 }
+
+func isTrue(b *bool) bool { return b != nil && *b }

@@ -17,6 +17,7 @@ import (
 	critest "k8s.io/cri-api/pkg/apis/testing"
 
 	"github.com/minilet/minilet/internal/container"
+	"github.com/minilet/minilet/internal/volumes"
 )
 
 func TestPullPolicyDefaults(t *testing.T) {
@@ -139,6 +140,14 @@ func TestVolumes(t *testing.T) {
 		{Name: "data", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: filepath.Join(hostDir, "new"), Type: ptr(v1.HostPathDirectoryOrCreate)}}},
 	}
 	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}, {Name: "data", MountPath: "/data", ReadOnly: true}}
+	// The lifecycle syncer sets volumes up before containers start.
+	vm, err := volumes.New(volumes.Config{PodsDir: e.cfg.PodsDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.Setup(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
 	mounts, err := e.m.makeMounts(pod, &pod.Spec.Containers[0])
 	if err != nil {
 		t.Fatal(err)
@@ -154,9 +163,10 @@ func TestVolumes(t *testing.T) {
 		}
 	}
 
-	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}})
+	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "x", Path: "/"}}})
+	pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, v1.VolumeMount{Name: "share", MountPath: "/share"})
 	res := e.sync(pod)
-	if w := res.Waiting["a"]; w.Reason != "CreateContainerConfigError" || !strings.Contains(w.Message, "volumes are not supported: cfg") {
+	if w := res.Waiting["a"]; w.Reason != "CreateContainerConfigError" || !strings.Contains(w.Message, `volume "share": nfs volumes are not supported`) {
 		t.Fatalf("waiting = %+v", w)
 	}
 }

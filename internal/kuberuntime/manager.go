@@ -21,6 +21,7 @@ import (
 	"github.com/minilet/minilet/internal/backoff"
 	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/events"
+	"github.com/minilet/minilet/internal/volumes"
 )
 
 // Runtime is the part of the CRI RuntimeService the manager uses; both
@@ -89,6 +90,14 @@ type Config struct {
 	// (the "containerd" of "containerd://<id>"). Default "minilet".
 	RuntimeName string
 
+	// Volumes says where each pod volume is on the host (the lifecycle
+	// syncer has set them up before containers start). Default: a
+	// volumes.Manager over PodsDir with no object source.
+	Volumes VolumePaths
+	// Objects serves configMap and secret references in env; nil = none
+	// (a standalone agent).
+	Objects volumes.Objects
+
 	// Optional hooks; nil means none.
 	PodCgroups       PodCgroups
 	ContainerOptions ContainerOptions
@@ -126,6 +135,12 @@ func New(cfg Config) *Manager {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Volumes == nil {
+		cfg.Volumes = noVolumes{}
+		if v, err := volumes.New(volumes.Config{PodsDir: cfg.PodsDir, Logger: cfg.Logger}); err == nil {
+			cfg.Volumes = v
+		}
 	}
 	return &Manager{
 		cfg:          cfg,

@@ -115,7 +115,7 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, ps *container
 		res.Requeue(backoffInitial)
 		res.Err = errors.Join(res.Err, fmt.Errorf("container %q of pod %s: %w", c.Name, podDesc(pod), err))
 	}
-	cfg, err := m.containerConfig(pod, c, restartCount, podIP)
+	cfg, err := m.containerConfig(ctx, pod, c, restartCount, podIP)
 	if err != nil {
 		fail(reasonCreateContainerConfigError, err)
 		return
@@ -148,8 +148,8 @@ func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, ps *container
 	}
 }
 
-func (m *Manager) containerConfig(pod *v1.Pod, c *v1.Container, restartCount int, podIP string) (*runtimeapi.ContainerConfig, error) {
-	envs, err := m.makeEnv(pod, c, podIP)
+func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Container, restartCount int, podIP string) (*runtimeapi.ContainerConfig, error) {
+	envs, err := m.makeEnv(ctx, pod, c, podIP)
 	if err != nil {
 		return nil, err
 	}

@@ -86,7 +86,7 @@ func TestContainerConfig(t *testing.T) {
 	fc := e.rt.Containers[e.status(pod).ps.FindContainer("a").ID.ID]
 	// The fake runtime keeps labels and annotations but not the whole
 	// config, so check the config the manager generates for that start.
-	cfg, err := e.m.containerConfig(pod, c, 0, "192.168.192.168")
+	cfg, err := e.m.containerConfig(context.Background(), pod, c, 0, "192.168.192.168")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestHooksReachTheRuntime(t *testing.T) {
 	if sbCfg.Linux.CgroupParent != "/minilet/kubepods/besteffort/poduid-1" {
 		t.Fatalf("cgroup parent = %q", sbCfg.Linux.CgroupParent)
 	}
-	cfg, err := e.m.containerConfig(pod, &pod.Spec.Containers[0], 0, "")
+	cfg, err := e.m.containerConfig(context.Background(), pod, &pod.Spec.Containers[0], 0, "")
 	if err != nil || len(cfg.Devices) != 1 || string(cfg.Envs[len(cfg.Envs)-1].Value) != "dev0" {
 		t.Fatalf("device options not applied: %v %+v", err, cfg)
 	}

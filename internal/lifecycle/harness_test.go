@@ -445,6 +445,7 @@ type harness struct {
 	pods      *Pods
 	syncer    *Syncer
 	loop      *Loop
+	volumes   Volumes // nil unless an option sets it
 }
 
 type harnessOption func(*harness, *LoopConfig)
@@ -482,7 +483,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	var err error
 	h.syncer, err = NewSyncer(SyncerConfig{
 		Pods: h.pods, Runtime: h.rt, Cgroups: h.cgroups, Prober: h.prober, Publisher: h.publisher,
-		HostIP: "192.0.2.1", Recorder: h.rec, Clock: h.clk, Metrics: h.metrics,
+		HostIP: "192.0.2.1", Recorder: h.rec, Clock: h.clk, Metrics: h.metrics, Volumes: h.volumes,
 	})
 	if err != nil {
 		t.Fatal(err)

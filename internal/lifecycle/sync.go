@@ -24,6 +24,9 @@ type SyncerConfig struct {
 	Prober  Prober  // required
 	// Publisher sends statuses to the cluster; nil in standalone mode.
 	Publisher Publisher
+	// Volumes sets up pod volumes before containers start and removes
+	// them once the pod is gone; nil = pods have no volumes to prepare.
+	Volumes Volumes
 	// HostIP is the node's IP, shown as each pod's status.hostIP.
 	HostIP string
 	// Recorder default: drops events. Clock default: the real clock.
@@ -103,6 +106,11 @@ func (s *Syncer) SyncPod(ctx context.Context, pod *v1.Pod) (terminal bool, reque
 		s.cfg.Pods.setStatus(pod.UID, st)
 		return false, 0, fmt.Errorf("ensuring the cgroup of pod %s: %w", podRef(pod), err)
 	}
+	if err := s.setupVolumes(ctx, pod, rs, st); err != nil {
+		s.cfg.Pods.setStatus(pod.UID, st)
+		s.publish(ctx, pod, st)
+		return false, 0, err
+	}
 	if err := s.cfg.Prober.AddPod(pod); err != nil {
 		s.log.Warn("probes not started", "pod", podRef(pod), "err", err)
 	}
@@ -162,7 +170,46 @@ func (s *Syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod) error {
 	if err := s.cfg.Cgroups.RemovePod(ctx, pod.UID); err != nil {
 		return fmt.Errorf("removing the cgroup of pod %s: %w", podRef(pod), err)
 	}
+	if s.cfg.Volumes != nil {
+		if err := s.cfg.Volumes.Teardown(pod.UID); err != nil {
+			return fmt.Errorf("removing the volumes of pod %s: %w", podRef(pod), err)
+		}
+	}
 	return nil
+}
+
+// setupVolumes makes the pod's volumes ready (and their content current)
+// before containers start, as the kubelet's volume manager does. A failure
+// is a FailedMount event; it holds back a pod that has no running
+// container yet, while a running pod keeps running on what it has.
+func (s *Syncer) setupVolumes(ctx context.Context, pod *v1.Pod, rs *container.PodStatus, st v1.PodStatus) error {
+	if s.cfg.Volumes == nil || len(pod.Spec.Volumes) == 0 {
+		return nil
+	}
+	withStatus := pod.DeepCopy() // the downward API reads the pod's IPs
+	withStatus.Status = st
+	err := s.cfg.Volumes.Setup(ctx, withStatus)
+	if err == nil {
+		return nil
+	}
+	s.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedMount", "MountVolume.SetUp failed for %s", err)
+	if anyRunning(rs) {
+		s.log.Warn("volume content not refreshed; the pod keeps what it has", "pod", podRef(pod), "err", err)
+		return nil
+	}
+	return fmt.Errorf("unmounted volumes of pod %s: %w", podRef(pod), err)
+}
+
+func anyRunning(rs *container.PodStatus) bool {
+	if rs == nil {
+		return false
+	}
+	for _, c := range rs.Containers {
+		if c.State == container.StateRunning {
+			return true
+		}
+	}
+	return false
 }
 
 // endWith is the status of a pod stopped with a status decided for it

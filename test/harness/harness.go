@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -121,9 +122,30 @@ func New(t testing.TB) *Agent {
 			t.Logf("agent log:\n%s", a.Logs())
 		}
 		a.killPods()
+		unmountUnder(base) // tmpfs of secret and projected volumes
 		_ = os.RemoveAll(base)
 	})
 	return a
+}
+
+// unmountUnder detaches every mount below dir, deepest first, so that
+// removing dir cannot fail on a busy mount point or reach into a mount.
+func unmountUnder(dir string) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		_ = syscall.Unmount(p, syscall.MNT_DETACH)
+	}
 }
 
 // Start runs the agent and waits until its API answers.
@@ -361,7 +383,14 @@ func (a *Agent) Eventually(what string, cond func() (bool, string)) {
 // Eventually polls cond every 50 ms until it holds or Deadline passes.
 func Eventually(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), Deadline)
+	EventuallyWithin(t, Deadline, what, cond)
+}
+
+// EventuallyWithin is Eventually with its own deadline, for waits that
+// are long by nature (a certificate's lifetime, a soak).
+func EventuallyWithin(t testing.TB, deadline time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	last := ""
 	for {
