@@ -47,7 +47,7 @@ func startSources(ctx context.Context, bg *background, cfg *config.Config, link 
 					return
 				case u := <-updates:
 					select {
-					case out <- lifecycle.Snapshot{Source: u.Source, Pods: u.Pods}:
+					case out <- lifecycle.Snapshot{Source: u.Source, Pods: u.Pods, Mirrors: u.Mirrors}:
 					case <-ctx.Done():
 						return
 					}

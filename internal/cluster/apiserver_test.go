@@ -288,6 +288,41 @@ func TestMirrorPodCarriesStaticPodStatus(t *testing.T) {
 		}
 		return p.UID != first && p.Annotations[podspec.AnnotationConfigMirror] == "hash-2", fmt.Sprint(p.Annotations)
 	})
+	// The sync loop sees the mirrors in the API snapshot, apart from the
+	// pods to run.
+	timeout := time.After(wait)
+	for seen := false; !seen; {
+		select {
+		case u := <-c.Updates():
+			snapshots.Store(c, u.Pods)
+			seen = len(u.Mirrors) == 1 && u.Mirrors[0].Annotations[podspec.AnnotationConfigMirror] == "hash-2"
+		case <-timeout:
+			t.Fatal("no snapshot showing the hash-2 mirror")
+		}
+	}
+	// The old version going away leaves the new version's mirror, and
+	// its status never lands there.
+	old := static.DeepCopy()
+	old.Annotations[podspec.AnnotationConfigHash] = "hash-1"
+	current := static.DeepCopy()
+	current.UID = "hash-2"
+	c.SetPodStatus(old, v1.PodStatus{Phase: v1.PodRunning, Message: "from the old version"})
+	c.SetPodStatus(current, v1.PodStatus{Phase: v1.PodRunning, Message: "from the new version"})
+	eventually(t, "the new version's status on its mirror", func() (bool, string) {
+		p, err := srv.Admin.CoreV1().Pods("default").Get(ctx, static.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Status.Message == "from the new version", p.Status.Message
+	})
+	if err := c.DeleteMirrorPod(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, c)
+	p, err := srv.Admin.CoreV1().Pods("default").Get(ctx, static.Name, metav1.GetOptions{})
+	if err != nil || p.Annotations[podspec.AnnotationConfigMirror] != "hash-2" || p.Status.Message != "from the new version" {
+		t.Fatalf("after the old version went: %v, %v", err, p)
+	}
 	// Cleanup works from the watch cache, which may not show the new
 	// mirror yet: the agent calls it periodically, so does the test.
 	eventually(t, "orphaned mirror pod deleted", func() (bool, string) {

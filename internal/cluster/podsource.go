@@ -65,9 +65,11 @@ func (s *podSource) poke() {
 	}
 }
 
-// Updates delivers the full set of API pods bound to this node (mirror
-// pods excluded) each time it changes; the first one comes once the
-// informer has listed. Snapshots coalesce: a slow reader gets the latest.
+// Updates delivers the full set of API pods bound to this node each time
+// it changes: the pods to run, and apart from them the mirror pods (so
+// that the sync loop sees a mirror deleted or replaced at once). The
+// first one comes once the informer has listed. Snapshots coalesce: a
+// slow reader gets the latest.
 func (c *Cluster) Updates() <-chan podsource.Update { return c.pods.updates }
 
 // run drives the informer and turns its changes into snapshots.
@@ -86,7 +88,8 @@ func (s *podSource) run(ctx context.Context) {
 			return
 		case <-s.changed:
 		}
-		u := podsource.Update{Source: SourceAPI, Pods: s.snapshot()}
+		pods, mirrors := s.snapshot()
+		u := podsource.Update{Source: SourceAPI, Pods: pods, Mirrors: mirrors}
 		// Replace an unread snapshot with the newer one.
 		select {
 		case <-s.updates:
@@ -101,13 +104,17 @@ func (s *podSource) run(ctx context.Context) {
 	}
 }
 
-// snapshot is the API pods the agent should run: deep copies, oldest
-// first, mirror pods left out, each annotated with its source.
-func (s *podSource) snapshot() []*v1.Pod {
-	var out []*v1.Pod
+// snapshot is the API pods the agent should run (deep copies, oldest
+// first, each annotated with its source) and the mirror pods (the
+// informer's copies, read only).
+func (s *podSource) snapshot() (out, mirrors []*v1.Pod) {
 	for _, o := range s.informer.GetStore().List() {
 		p, ok := o.(*v1.Pod)
-		if !ok || IsMirrorPod(p) {
+		if !ok {
+			continue
+		}
+		if IsMirrorPod(p) {
+			mirrors = append(mirrors, p)
 			continue
 		}
 		p = p.DeepCopy()
@@ -123,7 +130,7 @@ func (s *podSource) snapshot() []*v1.Pod {
 		}
 		return out[i].UID < out[j].UID
 	})
-	return out
+	return out, mirrors
 }
 
 // cached returns the API server's pod namespace/name as last watched.
@@ -180,10 +187,7 @@ func (c *Cluster) FinalizeDeletion(ctx context.Context, pod *v1.Pod) error {
 // created when missing, recreated when the static pod's config hash
 // changed. A non-mirror pod of the same name is left alone.
 func (c *Cluster) SyncMirrorPod(ctx context.Context, static *v1.Pod) error {
-	hash := static.Annotations[podspec.AnnotationConfigHash]
-	if hash == "" {
-		hash = string(static.UID)
-	}
+	hash := podspec.MirrorHash(static)
 	pods := c.client.CoreV1().Pods(static.Namespace)
 	if cur, ok := c.pods.cached(static.Namespace, static.Name); ok {
 		if !IsMirrorPod(cur) {
@@ -222,14 +226,24 @@ func (c *Cluster) SyncMirrorPod(ctx context.Context, static *v1.Pod) error {
 	return classify(err, "creating mirror pod "+static.Namespace+"/"+static.Name)
 }
 
-// DeleteMirrorPod removes the mirror of a static pod that went away.
-func (c *Cluster) DeleteMirrorPod(ctx context.Context, namespace, name string) error {
-	c.status.forgetStatic(namespace, name)
-	cur, ok := c.pods.cached(namespace, name)
-	if !ok || !IsMirrorPod(cur) {
+// DeleteMirrorPod removes the mirror of a static pod that went away. A
+// mirror of another version of the pod is left alone: it belongs to the
+// version that replaced this one (whose sync brings it in step), or, if
+// none did, the orphan cleanup removes it.
+func (c *Cluster) DeleteMirrorPod(ctx context.Context, static *v1.Pod) error {
+	c.status.forget(static.UID)
+	cur, ok := c.pods.cached(static.Namespace, static.Name)
+	if !ok || !isMirrorOf(cur, static) {
 		return nil
 	}
 	return c.deleteMirror(ctx, cur)
+}
+
+// isMirrorOf reports whether the API pod p is the mirror of this version
+// of the static pod.
+func isMirrorOf(p, static *v1.Pod) bool {
+	h, ok := p.Annotations[podspec.AnnotationConfigMirror]
+	return ok && h == podspec.MirrorHash(static)
 }
 
 // CleanupMirrorPods deletes mirror pods whose static pod is not in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -16,9 +17,10 @@ import (
 // an unreachable API server run on goroutines of their own, so callers
 // never block on the network; Wait waits for them.
 type Publisher struct {
-	c   *Cluster
-	log *slog.Logger
-	wg  sync.WaitGroup
+	c        *Cluster
+	log      *slog.Logger
+	wg       sync.WaitGroup
+	cleaning atomic.Bool // a CleanupMirrors runs
 }
 
 // NewPublisher returns a Publisher over c.
@@ -47,7 +49,7 @@ func (p *Publisher) PodGone(ctx context.Context, pod *v1.Pod) {
 		var err error
 		switch {
 		case podspec.IsStatic(pod):
-			err = p.c.DeleteMirrorPod(ctx, pod.Namespace, pod.Name)
+			err = p.c.DeleteMirrorPod(ctx, pod)
 		case pod.Annotations[podspec.AnnotationConfigSource] == SourceAPI:
 			err = p.c.FinalizeDeletion(ctx, pod)
 		}
@@ -58,11 +60,18 @@ func (p *Publisher) PodGone(ctx context.Context, pod *v1.Pod) {
 }
 
 // CleanupMirrors deletes mirror pods whose static pod is not in static
-// (removed while the agent was down). In the background.
+// (removed while the agent was down, or a mirror of another version left
+// when its static pod went). In the background; a call while the last
+// one still runs (an API server slow to answer) is dropped, as the next
+// housekeeping calls again.
 func (p *Publisher) CleanupMirrors(ctx context.Context, static []*v1.Pod) {
+	if !p.cleaning.CompareAndSwap(false, true) {
+		return
+	}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
+		defer p.cleaning.Store(false)
 		if err := p.c.CleanupMirrorPods(ctx, static); err != nil {
 			p.log.Warn("cleaning up mirror pods failed", "err", err)
 		}

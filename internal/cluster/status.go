@@ -112,19 +112,6 @@ func (s *statusManager) forget(uid types.UID) {
 	s.mu.Unlock()
 }
 
-// forgetStatic drops pending statuses of the static pod namespace/name,
-// which went away (its mirror would never come).
-func (s *statusManager) forgetStatic(namespace, name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for uid, p := range s.pending {
-		if isStatic(p.pod) && p.pod.Namespace == namespace && p.pod.Name == name {
-			delete(s.pending, uid)
-			delete(s.written, uid)
-		}
-	}
-}
-
 // syncPod writes one pod's pending status.
 func (s *statusManager) syncPod(ctx context.Context, uid types.UID) {
 	s.mu.Lock()
@@ -205,7 +192,9 @@ func (s *statusManager) write(ctx context.Context, p pendingStatus) error {
 func (s *statusManager) target(p *v1.Pod) (*v1.Pod, error) {
 	cached, ok := s.c.pods.cached(p.Namespace, p.Name)
 	if isStatic(p) {
-		if !ok || !IsMirrorPod(cached) {
+		// Only this version's mirror: an older version's status must not
+		// land on a newer version's mirror, nor the other way round.
+		if !ok || !isMirrorOf(cached, p) {
 			return nil, errNoMirror
 		}
 	} else if !ok || cached.UID != p.UID {

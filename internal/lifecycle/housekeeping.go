@@ -14,8 +14,8 @@ import (
 	"github.com/minilet/minilet/internal/podworkers"
 )
 
-// gcPeriod is how often housekeeping removes dead containers, orphaned
-// cgroups and stale mirror pods.
+// gcPeriod is how often housekeeping removes dead containers and
+// orphaned cgroups.
 const gcPeriod = time.Minute
 
 // Housekeeping forgets pods that finished leaving, stops runtime pods no
@@ -96,9 +96,10 @@ func hasRunning(p *container.Pod) bool {
 	return false
 }
 
-// periodic runs the cleanups that need no hurry: probe workers of gone
-// pods at once; dead containers, orphaned cgroups and stale mirror pods
-// once a minute; and the pod and container counts.
+// periodic runs the cleanups: probe workers of gone pods and mirror pods
+// whose static pod is gone at every round; dead containers and orphaned
+// cgroups, which need no hurry, once a minute; and the pod and container
+// counts.
 func (l *Loop) periodic(ctx context.Context) {
 	list := l.cfg.Pods.List()
 	desired := map[types.UID]struct{}{}
@@ -120,9 +121,9 @@ func (l *Loop) periodic(ctx context.Context) {
 		if err := l.cfg.Cgroups.CleanupOrphans(ctx, keep); err != nil {
 			l.log.Warn("cleaning up orphaned pod cgroups failed", "err", err)
 		}
-		if l.cfg.Publisher != nil {
-			l.cfg.Publisher.CleanupMirrors(ctx, staticPods(list))
-		}
+	}
+	if l.cfg.Publisher != nil {
+		l.cfg.Publisher.CleanupMirrors(ctx, staticPods(list))
 	}
 	l.cfg.Metrics.SetCounts(counts(list))
 }

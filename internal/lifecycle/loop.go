@@ -21,6 +21,10 @@ import (
 type Snapshot struct {
 	Source string
 	Pods   []*v1.Pod
+	// Mirrors, from the API server's source (podspec.SourceAPI) only, is
+	// the full set of mirror pods it holds for the node's static pods
+	// (read only).
+	Mirrors []*v1.Pod
 }
 
 // LoopConfig holds the Loop's dependencies.
@@ -61,9 +65,10 @@ type Loop struct {
 	log *slog.Logger
 
 	// Owned by the loop goroutine.
-	sourcesSeen map[string]bool
-	readd       map[types.UID]*v1.Pod // leaving pods to run again once gone
-	lastGC      time.Time
+	sourcesSeen  map[string]bool
+	readd        map[types.UID]*v1.Pod     // leaving pods to run again once gone
+	mirrorsAsked map[types.UID]mirrorState // static pods synced for an out-of-step mirror
+	lastGC       time.Time
 }
 
 // NewLoop returns a Loop; it rejects a config without a required
@@ -89,10 +94,11 @@ func NewLoop(cfg LoopConfig) (*Loop, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	return &Loop{
-		cfg:         cfg,
-		log:         cfg.Logger.With("component", "syncloop"),
-		sourcesSeen: map[string]bool{},
-		readd:       map[types.UID]*v1.Pod{},
+		cfg:          cfg,
+		log:          cfg.Logger.With("component", "syncloop"),
+		sourcesSeen:  map[string]bool{},
+		readd:        map[types.UID]*v1.Pod{},
+		mirrorsAsked: map[types.UID]mirrorState{},
 	}, nil
 }
 
@@ -150,7 +156,9 @@ func (l *Loop) HandleEvent(uid types.UID) {
 
 // HandleSnapshot diffs a source's new pod set against what the loop has
 // from it: removals first (so their resources are free for admission),
-// then new pods (admitted oldest first), then updates.
+// then new pods (admitted oldest first), then updates. The API server's
+// snapshot also shows the static pods' mirrors: a static pod whose mirror
+// went out of step syncs at once.
 func (l *Loop) HandleSnapshot(ctx context.Context, u Snapshot) {
 	pods := l.cfg.Pods
 	want := map[types.UID]*v1.Pod{}
@@ -195,6 +203,9 @@ func (l *Loop) HandleSnapshot(ctx context.Context, u Snapshot) {
 	sortPods(added)
 	for _, p := range added {
 		l.addPod(ctx, p)
+	}
+	if u.Source == podspec.SourceAPI {
+		l.checkMirrors(u.Mirrors)
 	}
 	l.sourcesSeen[u.Source] = true
 }

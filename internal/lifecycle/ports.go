@@ -140,7 +140,9 @@ type Publisher interface {
 	// deleting it, or a static pod's mirror goes.
 	PodGone(ctx context.Context, pod *v1.Pod)
 	// CleanupMirrors removes mirror pods whose static pod is not in
-	// static (removed while the agent was down).
+	// static (removed while the agent was down, or a mirror of another
+	// version left when its static pod went). Called at every
+	// housekeeping round.
 	CleanupMirrors(ctx context.Context, static []*v1.Pod)
 }
 

@@ -14,8 +14,12 @@ import (
 // Update is the full set of pods one source currently defines. Pods are
 // sorted by namespace/name; the slice and the pods belong to the receiver.
 type Update struct {
-	Source string // podspec.SourceFile or podspec.SourceHTTP
+	Source string // podspec.SourceFile, podspec.SourceHTTP or podspec.SourceAPI
 	Pods   []*v1.Pod
+	// Mirrors, from the API server's source only, is the full set of
+	// mirror pods it holds for the node's static pods: read only (shared
+	// with the source's cache).
+	Mirrors []*v1.Pod
 }
 
 // ReasonInvalidManifest is the suggested Event reason for an ErrorFunc

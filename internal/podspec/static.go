@@ -26,7 +26,8 @@ const (
 	AnnotationConfigHash = "kubernetes.io/config.hash"
 	// AnnotationConfigSeen is when the agent first saw this version of the pod (RFC3339).
 	AnnotationConfigSeen = "kubernetes.io/config.seen"
-	// AnnotationConfigMirror marks a mirror pod in the API server (unused by minilet today).
+	// AnnotationConfigMirror marks a mirror pod in the API server; its value
+	// is the MirrorHash of the static pod it mirrors.
 	AnnotationConfigMirror = "kubernetes.io/config.mirror"
 )
 
@@ -50,6 +51,16 @@ func StaticPodName(name, nodeName string) string {
 func IsStatic(pod *v1.Pod) bool {
 	s := pod.Annotations[AnnotationConfigSource]
 	return s == SourceFile || s == SourceHTTP
+}
+
+// MirrorHash is what a mirror pod of the static pod carries in
+// AnnotationConfigMirror: the pod's config hash, else its UID. A mirror
+// with another value mirrors another version of the pod.
+func MirrorHash(static *v1.Pod) string {
+	if h := static.Annotations[AnnotationConfigHash]; h != "" {
+		return h
+	}
+	return string(static.UID)
 }
 
 // FullName is "NAMESPACE/NAME", the key under which pods are unique.
