@@ -211,6 +211,20 @@ func statusPatch(cur *v1.Node, status v1.NodeStatus) ([]byte, error) {
 	return strategicpatch.CreateTwoWayMergePatch(before, after, v1.Node{})
 }
 
+// lostContact makes the next status report due. Once the node could not
+// reach the API server, the Node there is as old as the gap: its heartbeat
+// stopped, and the node lifecycle controller may have set Ready to Unknown
+// meanwhile, which the comparison with what this agent last wrote cannot
+// see. So the first status sync that gets through writes the status in
+// full instead of waiting out NodeStatusReportFrequency (5 min by
+// default), and the node is Ready, with a fresh heartbeat, as soon as the
+// API server is back.
+func (n *nodeStatus) lostContact() {
+	n.mu.Lock()
+	n.lastReport = time.Time{}
+	n.mu.Unlock()
+}
+
 func (n *nodeStatus) forget() {
 	n.mu.Lock()
 	n.node = nil
@@ -273,6 +287,7 @@ func (n *nodeStatus) runLease(ctx context.Context) {
 				return
 			}
 			n.c.log.Warn("node lease not renewed, will retry", "node", n.c.cfg.NodeName, "retryIn", retry, "err", err)
+			n.lostContact()
 			wait, retry = retry, min(2*retry, maxRetry)
 		} else {
 			retry = minRetry
