@@ -27,23 +27,87 @@ import (
 // answer /healthz.
 func (s *Server) startComponents() {
 	s.t.Helper()
-	kcm := s.component(clusterbin.ControllerManager, "system:kube-controller-manager",
-		// Controllers act under their own service accounts, whose tokens
-		// the API server issues and checks with sa.key.
-		"--use-service-account-credentials",
-		"--service-account-private-key-file", filepath.Join(s.dir, "sa.key"),
-		// kube-root-ca.crt in every namespace, and the CA in token secrets.
-		"--root-ca-file", s.CAFile,
-		// The CSR signer (kubernetes.io/kube-apiserver-client-kubelet and
-		// the other built-in signers) signs with the cluster CA.
-		"--cluster-signing-cert-file", s.CAFile,
-		"--cluster-signing-key-file", filepath.Join(s.dir, "ca.key"),
-		"--service-cluster-ip-range", "10.0.0.0/24",
-	)
-	sched := s.component(clusterbin.Scheduler, "system:kube-scheduler")
+	kcm := s.launch(clusterbin.ControllerManager)
+	sched := s.launch(clusterbin.Scheduler)
 	for _, c := range []*component{kcm, sched} {
 		s.waitHTTP(c.name, c.p, c.healthz, c.client)
 	}
+}
+
+// StartComponent starts component name (clusterbin.ControllerManager or
+// clusterbin.Scheduler) again after StopComponent, or after it exited on
+// its own, and waits until it answers /healthz; a running one is left
+// alone. Both exit when they lose their leader-election lease, e.g. when
+// the API server is gone for longer than their renew deadline (10 s), and
+// a real cluster's kubelet then restarts their static pods; tests do that
+// with this. Needs Options.ControlPlane.
+func (s *Server) StartComponent(name string) {
+	s.t.Helper()
+	if !s.full {
+		s.t.Fatalf("StartComponent(%s): the server was started without Options.ControlPlane", name)
+	}
+	if s.ComponentRunning(name) {
+		return
+	}
+	s.StopComponent(name) // closes what an exited process left open
+	c := s.launch(name)
+	s.waitHTTP(c.name, c.p, c.healthz, c.client)
+}
+
+// StopComponent stops component name (clusterbin.ControllerManager or
+// clusterbin.Scheduler), if it runs.
+func (s *Server) StopComponent(name string) {
+	s.mu.Lock()
+	c := s.comps[name]
+	delete(s.comps, name)
+	s.mu.Unlock()
+	if c != nil {
+		c.p.stop()
+	}
+}
+
+// ComponentRunning reports whether component name's process is running:
+// false before it was started, after StopComponent, and once it exited on
+// its own.
+func (s *Server) ComponentRunning(name string) bool {
+	s.mu.Lock()
+	c := s.comps[name]
+	s.mu.Unlock()
+	if c == nil {
+		return false
+	}
+	select {
+	case <-c.p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// launch starts component name with its identity and flags, replacing the
+// record of an earlier process of it (which must have ended).
+func (s *Server) launch(name string) *component {
+	s.t.Helper()
+	switch name {
+	case clusterbin.ControllerManager:
+		return s.component(name, "system:kube-controller-manager",
+			// Controllers act under their own service accounts, whose tokens
+			// the API server issues and checks with sa.key.
+			"--use-service-account-credentials",
+			"--service-account-private-key-file", filepath.Join(s.dir, "sa.key"),
+			// kube-root-ca.crt in every namespace, and the CA in token secrets.
+			"--root-ca-file", s.CAFile,
+			// The CSR signer (kubernetes.io/kube-apiserver-client-kubelet and
+			// the other built-in signers) signs with the cluster CA.
+			"--cluster-signing-cert-file", s.CAFile,
+			"--cluster-signing-key-file", filepath.Join(s.dir, "ca.key"),
+			"--service-cluster-ip-range", "10.0.0.0/24",
+		)
+	case clusterbin.Scheduler:
+		return s.component(name, "system:kube-scheduler")
+	}
+	s.t.Fatalf("no control-plane component %q", name)
+	return nil
 }
 
 type component struct {
@@ -74,12 +138,9 @@ func (s *Server) component(name, cn string, extra ...string) *component {
 		"--tls-private-key-file", keyPath,
 	}, extra...)
 	p := s.run(s.bins.Path(name), args, name+".log")
-	s.mu.Lock()
-	s.comps = append(s.comps, p)
-	s.mu.Unlock()
 	pool := x509.NewCertPool()
 	pool.AddCert(s.ca.cert)
-	return &component{
+	c := &component{
 		name:    name,
 		p:       p,
 		healthz: fmt.Sprintf("https://127.0.0.1:%d/healthz", port),
@@ -88,6 +149,13 @@ func (s *Server) component(name, cn string, extra ...string) *component {
 			Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
 		},
 	}
+	s.mu.Lock()
+	if s.comps == nil {
+		s.comps = map[string]*component{}
+	}
+	s.comps[name] = c
+	s.mu.Unlock()
+	return c
 }
 
 func (s *Server) stopComponents() {
@@ -95,8 +163,8 @@ func (s *Server) stopComponents() {
 	comps := s.comps
 	s.comps = nil
 	s.mu.Unlock()
-	for _, p := range comps {
-		p.stop()
+	for _, c := range comps {
+		c.p.stop()
 	}
 }
 

@@ -63,7 +63,7 @@ type Server struct {
 	mu    sync.Mutex
 	api   *proc
 	etcd  *proc
-	comps []*proc // controller-manager and scheduler
+	comps map[string]*component // controller-manager and scheduler, by binary name
 
 	// Admin is a client with system:masters rights.
 	Admin kubernetes.Interface
