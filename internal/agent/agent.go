@@ -25,6 +25,7 @@ import (
 	"github.com/minilet/minilet/internal/images"
 	"github.com/minilet/minilet/internal/kuberuntime"
 	"github.com/minilet/minilet/internal/lifecycle"
+	"github.com/minilet/minilet/internal/logs"
 	"github.com/minilet/minilet/internal/metrics"
 	"github.com/minilet/minilet/internal/nodeaddr"
 	"github.com/minilet/minilet/internal/nodestatus"
@@ -194,6 +195,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return fmt.Errorf("image garbage collection: %w", err)
 	}
 	bg.run(imageGC.Run)
+
+	// Container logs are rotated by size, as the kubelet's log manager.
+	logRotation, err := logs.NewManager(logs.ManagerConfig{
+		Runtime: cri, Root: filepath.Join(cfg.RootDir, "logs"),
+		Policy:   logs.Policy{MaxSize: cfg.ContainerLogMaxSize, MaxFiles: cfg.ContainerLogMaxFiles},
+		Interval: cfg.ContainerLogMonitorInterval, Clock: clk, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("container log rotation: %w", err)
+	}
+	bg.run(logRotation.Run)
 	evictor, err := newEviction(cfg, eviction.Deps{
 		Reclaimer: eviction.ReclaimFuncs{
 			// Keep the last dead container of live pods (restart counts

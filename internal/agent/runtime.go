@@ -20,7 +20,7 @@ import (
 )
 
 // criRuntime is the CRI runtime as the agent's subsystems use it: the
-// runtime manager, image GC, node status and exec probes.
+// runtime manager, image GC, node status, exec probes and log rotation.
 type criRuntime interface {
 	kuberuntime.Runtime
 	kuberuntime.Images
@@ -29,6 +29,9 @@ type criRuntime interface {
 	images.FsInfoer
 	Version(ctx context.Context, apiVersion string) (*runtimeapi.VersionResponse, error)
 	Status(ctx context.Context, verbose bool) (*runtimeapi.StatusResponse, error)
+	// ReopenContainerLog makes a running container write to a new file
+	// at its log path (after the log manager rotated it).
+	ReopenContainerLog(ctx context.Context, containerID string) error
 }
 
 // newRuntime returns the embedded runtime, or a CRI client when

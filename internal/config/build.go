@@ -60,6 +60,7 @@ func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.
 		RegistryPullQPS:             int(*kc.RegistryPullQPS),
 		RegistryBurst:               int(kc.RegistryBurst),
 		ContainerLogMaxFiles:        int(*kc.ContainerLogMaxFiles),
+		ContainerLogMonitorInterval: kc.ContainerLogMonitorInterval.Duration,
 		EventRecordQPS:              int(*kc.EventRecordQPS),
 		EventBurst:                  int(kc.EventBurst),
 	}
@@ -175,6 +176,9 @@ func validateRanges(kc *kubeletv1beta1.KubeletConfiguration) field.ErrorList {
 	}
 	if n := *kc.ContainerLogMaxFiles; n < 2 {
 		errs = append(errs, field.Invalid(field.NewPath("containerLogMaxFiles"), n, "must be greater than 1"))
+	}
+	if d := kc.ContainerLogMonitorInterval.Duration; d < 3*time.Second {
+		errs = append(errs, field.Invalid(field.NewPath("containerLogMonitorInterval"), d.String(), "must be at least 3s"))
 	}
 	if kc.CgroupDriver != "cgroupfs" && kc.CgroupDriver != "systemd" {
 		errs = append(errs, field.NotSupported(field.NewPath("cgroupDriver"), kc.CgroupDriver, []string{"cgroupfs", "systemd"}))

@@ -113,6 +113,9 @@ type Config struct {
 	EventRecordQPS       int   // default 50
 	EventBurst           int   // default 100
 	LogLevel             slog.Level
+	// ContainerLogMonitorInterval is how often container logs are checked
+	// for rotation; default 10s, at least 3s.
+	ContainerLogMonitorInterval time.Duration
 
 	// Ignored lists the configuration file's fields minilet reads but does
 	// not act on; the agent warns about each at start.

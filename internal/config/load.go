@@ -352,6 +352,9 @@ func SetDefaults(kc *kubeletv1beta1.KubeletConfiguration, set setFields) {
 	if kc.ContainerLogMaxFiles == nil {
 		kc.ContainerLogMaxFiles = ptr[int32](5)
 	}
+	if kc.ContainerLogMonitorInterval == nil {
+		kc.ContainerLogMonitorInterval = &metav1.Duration{Duration: 10 * time.Second}
+	}
 	if kc.EnforceNodeAllocatable == nil {
 		kc.EnforceNodeAllocatable = []string{"pods"}
 	}
@@ -392,6 +395,7 @@ var honoured = map[string]bool{
 	"imageMinimumGCAge": true, "imageMaximumGCAge": true,
 	"serializeImagePulls": true, "maxParallelImagePulls": true,
 	"eventRecordQPS": true, "eventBurst": true,
+	"containerLogMaxSize": true, "containerLogMaxFiles": true, "containerLogMonitorInterval": true,
 }
 
 // ignoredFields lists, sorted, the fields of present that minilet does not

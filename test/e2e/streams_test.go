@@ -28,17 +28,26 @@ import (
 // port-forward,
 // and a client that goes away leaves no process behind.
 func TestStreamsOnBothRuntimes(t *testing.T) {
+	// The writer's 100 MB log must stay in one file to come back whole
+	// through `logs`: above the default 10Mi it would be rotated.
+	const wholeLogs = "containerLogMaxSize: 200Mi\n"
 	t.Run("embedded", func(t *testing.T) {
 		requireRoot(t)
 		if _, err := os.Stat("/bin/busybox"); err != nil {
 			t.Skip("needs /bin/busybox on the host (scripts/containerd-up.sh installs it)")
 		}
 		a := harness.New(t)
+		withKubeletConfig(t, a, wholeLogs)
 		a.Start()
 		streamScenario(t, a, "host", "/bin/busybox ", a.RootDir+"/www", true)
 	})
 	t.Run("containerd", func(t *testing.T) {
-		a := containerdAgent(t)
+		requireRoot(t)
+		harness.ContainerdEndpoint(t)
+		a := harness.New(t)
+		a.UseContainerd()
+		withKubeletConfig(t, a, wholeLogs)
+		a.Start()
 		// containerd keeps an exec'd process when its client leaves, as
 		// under the kubelet (kubernetes/kubernetes#89031): the CRI has no
 		// call that ends an exec session.
