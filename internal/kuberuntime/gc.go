@@ -20,7 +20,8 @@ import (
 //     keepPerContainer are removed (keepPerContainer < 0 keeps all; the
 //     kubelet's default is 1, which keeps what lastState shows);
 //   - pods for which isPodGone returns true lose every dead container,
-//     every stopped sandbox, their log directory and emptyDir volumes;
+//     every stopped sandbox, their log directory, emptyDir volumes and
+//     termination message files;
 //   - live pods lose stopped sandboxes that are not their newest and hold
 //     no containers.
 //
@@ -70,6 +71,7 @@ func (m *Manager) GarbageCollect(ctx context.Context, keepPerContainer int, isPo
 			}
 			left[c.PodSandboxId]--
 			m.removeLog(c)
+			m.forgetTerminationMessage(c.Id)
 		}
 	}
 
@@ -104,6 +106,10 @@ func (m *Manager) GarbageCollect(ctx context.Context, keepPerContainer int, isPo
 			}
 			if m.cfg.PodsDir != "" {
 				if err := os.RemoveAll(filepath.Join(m.cfg.PodsDir, string(uid), "volumes", "kubernetes.io~empty-dir")); err != nil {
+					errs = append(errs, err)
+				}
+				// The termination message files of its containers.
+				if err := os.RemoveAll(filepath.Join(m.cfg.PodsDir, string(uid), "containers")); err != nil {
 					errs = append(errs, err)
 				}
 			}

@@ -21,6 +21,9 @@ const (
 	annotationRestartCount = "io.kubernetes.container.restartCount"
 	annotationGracePeriod  = "io.kubernetes.pod.terminationGracePeriod"
 	annotationTermMsgPath  = "io.kubernetes.container.terminationMessagePath"
+	// The policy tells, once the container exited, whether its log
+	// stands in for an empty termination message.
+	annotationTermMsgPolicy = "io.kubernetes.container.terminationMessagePolicy"
 	// The preStop handler and ports, recorded so that a container whose
 	// pod spec is gone (an orphan left by an earlier run) still gets its
 	// preStop hook when it is stopped, as the kubelet does.
@@ -54,6 +57,9 @@ func containerAnnotations(pod *v1.Pod, c *v1.Container, restartCount int) map[st
 		annotationRestartCount: strconv.Itoa(restartCount),
 		annotationGracePeriod:  strconv.FormatInt(gracePeriodOf(pod), 10),
 		annotationTermMsgPath:  c.TerminationMessagePath,
+	}
+	if c.TerminationMessagePolicy != "" {
+		a[annotationTermMsgPolicy] = string(c.TerminationMessagePolicy)
 	}
 	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
 		if b, err := json.Marshal(c.Lifecycle.PreStop); err == nil {

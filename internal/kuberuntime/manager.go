@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -72,8 +73,10 @@ type Config struct {
 	// LogRoot/<ns>_<name>_<uid>. Required.
 	LogRoot string
 	// PodsDir holds per-pod data; emptyDir volumes live in
-	// PodsDir/<uid>/volumes/kubernetes.io~empty-dir/<name>. Required for
-	// pods with emptyDir volumes.
+	// PodsDir/<uid>/volumes/kubernetes.io~empty-dir/<name>, termination
+	// message files in PodsDir/<uid>/containers/<name>/<id>. Required for
+	// pods with emptyDir volumes; without it containers get no termination
+	// message file.
 	PodsDir string
 	// HostIP is the node's IP for status.hostIP env vars and hook hosts.
 	HostIP string
@@ -113,6 +116,9 @@ type Manager struct {
 	imageBackoff *backoff.Backoff
 	pulls        pullLimiter
 	hookClient   *http.Client
+
+	msgMu sync.Mutex
+	msgs  map[string]string // container ID → termination message of an exited container
 }
 
 // The kubelet's image pull back-off (and the retry of a failed start):
@@ -148,6 +154,7 @@ func New(cfg Config) *Manager {
 		clock:        cfg.Clock,
 		imageBackoff: backoff.New(cfg.Clock, backoffInitial, backoffMax),
 		pulls:        newPullLimiter(cfg.MaxParallelImagePulls),
+		msgs:         map[string]string{},
 		// HTTP hooks talk to the pod directly: no proxy, and like the
 		// kubelet they do not verify https certificates.
 		hookClient: &http.Client{Transport: &http.Transport{

@@ -161,6 +161,16 @@ func (m *Manager) convertContainerStatus(s *runtimeapi.ContainerStatus, listed *
 	out.ExitCode = s.ExitCode
 	out.Reason = s.Reason
 	out.Message = s.Message
+	if s.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+		// What the container said as it ended follows the runtime's
+		// own message, as the kubelet shows it.
+		if msg := m.terminationMessage(s); msg != "" {
+			if out.Message != "" {
+				out.Message += ": "
+			}
+			out.Message += msg
+		}
+	}
 	out.LogPath = s.LogPath
 	if s.ImageRef != "" {
 		out.ImageRef = s.ImageRef

@@ -49,6 +49,7 @@ func (g Generator) Generate(pod *v1.Pod, rs *container.PodStatus, prev *v1.PodSt
 	s.InitContainerStatuses = g.containerStatuses(pod.Spec.InitContainers, rs, prev.InitContainerStatuses, waiting, true, hasInit)
 	s.ContainerStatuses = g.containerStatuses(pod.Spec.Containers, rs, prev.ContainerStatuses, waiting, false, hasInit)
 	sort.Slice(s.ContainerStatuses, func(i, j int) bool { return s.ContainerStatuses[i].Name < s.ContainerStatuses[j].Name })
+	capMessages(pod, &s)
 	if g.Probes != nil {
 		g.Probes.UpdatePodStatus(pod, &s)
 	}

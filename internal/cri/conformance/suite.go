@@ -1,7 +1,7 @@
 // Package conformance is one behavioural test suite for every CRI runtime
 // minilet drives (the embedded runtime and, through cri-client, containerd
 // or CRI-O): sandbox and container lifecycle, exit codes and reasons, CRI
-// log format, graceful stop, ExecSync, list filters, cgroup limits, OOM
+// log format, file mounts, graceful stop, ExecSync, list filters, cgroup limits, OOM
 // kills and, where supported, survival of an agent restart.
 //
 // Tests need root, a cgroup v1 (or v2) hierarchy under /sys/fs/cgroup, and
@@ -72,6 +72,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) RuntimeUnderTest, opts ...O
 		{"Lifecycle", s.testLifecycle},
 		{"ExitCodes", s.testExitCodes},
 		{"Logs", s.testLogs},
+		{"FileMount", s.testFileMount},
 		{"StopWithGrace", s.testStopWithGrace},
 		{"StopGracefully", s.testStopGracefully},
 		{"ExecSync", s.testExecSync},

@@ -163,3 +163,26 @@ func criState(c *supervisor.Container) runtimeapi.ContainerState {
 		return runtimeapi.ContainerState_CONTAINER_CREATED
 	}
 }
+
+// criMounts are a container's bind mounts as ContainerStatus reports
+// them, so that the kubelet's side finds a mount's host file (the
+// termination message) by its container path. A container from an image
+// reports its devices among them: it gets them as bind mounts too.
+func criMounts(rec *supervisor.Record) []*runtimeapi.Mount {
+	mounts := rec.Mounts
+	if rec.Rootfs != nil {
+		mounts = rec.Rootfs.Mounts
+	}
+	if len(mounts) == 0 {
+		return nil
+	}
+	out := make([]*runtimeapi.Mount, 0, len(mounts))
+	for _, m := range mounts {
+		prop := runtimeapi.MountPropagation_PROPAGATION_PRIVATE
+		if m.HostToContainer {
+			prop = runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER
+		}
+		out = append(out, &runtimeapi.Mount{ContainerPath: m.Target, HostPath: m.Source, Readonly: m.ReadOnly, Propagation: prop})
+	}
+	return out
+}

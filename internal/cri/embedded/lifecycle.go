@@ -114,6 +114,7 @@ func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbo
 		Image: &runtimeapi.ImageSpec{Image: c.Image}, ImageRef: c.ImageRef(), ImageId: c.ImageRef(),
 		Labels: maps.Clone(c.Labels), Annotations: maps.Clone(c.Annotations),
 		LogPath: c.LogFile, Resources: toCRIResources(c.Resources),
+		Mounts: criMounts(&c.Record),
 	}
 	if c.Start != nil {
 		st.StartedAt = c.Start.StartedAt
