@@ -101,6 +101,10 @@ func (s *Syncer) SyncPod(ctx context.Context, pod *v1.Pod) (terminal bool, reque
 		s.publish(ctx, pod, st)
 		return true, 0, nil
 	}
+	if exceeded, _ := activeDeadline(pod, st, s.cfg.Clock.Now()); exceeded {
+		s.endAtDeadline(ctx, pod, st)
+		return true, 0, nil
+	}
 	if err := s.cfg.Cgroups.EnsurePod(pod); err != nil {
 		// The cgroup manager records the FailedCreatePodContainer event.
 		s.cfg.Pods.setStatus(pod.UID, st)
@@ -126,12 +130,30 @@ func (s *Syncer) SyncPod(ctx context.Context, pod *v1.Pod) (terminal bool, reque
 		rs = fresh
 	}
 	st = s.generate(pod, rs, res.Waiting)
+	if !isTerminal(st.Phase) {
+		exceeded, left := activeDeadline(pod, st, s.cfg.Clock.Now())
+		if exceeded { // reached during this sync
+			s.endAtDeadline(ctx, pod, st)
+			return true, 0, nil
+		}
+		res.Requeue(left) // the deadline is acted on when it comes
+	}
 	s.publish(ctx, pod, st)
 	s.markStarted(pod, st)
 	if isTerminal(st.Phase) {
 		return true, 0, nil
 	}
 	return false, res.RequeueAfter, res.Err
+}
+
+// endAtDeadline ends a pod that outlived its activeDeadlineSeconds: it
+// publishes st as Failed/DeadlineExceeded and records the event. The
+// worker goes on to stop the pod with its grace period (SyncPod reports it
+// terminal), and the status keeps that phase, reason and message.
+func (s *Syncer) endAtDeadline(ctx context.Context, pod *v1.Pod, st v1.PodStatus) {
+	s.log.Info("pod exceeded its active deadline", "pod", podRef(pod), "activeDeadlineSeconds", *pod.Spec.ActiveDeadlineSeconds)
+	s.cfg.Recorder.Event(pod, v1.EventTypeNormal, ReasonDeadlineExceeded, MessageDeadlineExceeded)
+	s.publish(ctx, pod, deadlineExceeded(st))
 }
 
 // SyncTerminatingPod stops every container of the pod, with gracePeriod

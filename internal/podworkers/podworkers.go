@@ -351,7 +351,9 @@ func (w *Workers) runPhase(ctx context.Context, pod *v1.Pod, phase Phase, grace 
 		case terminal:
 			return Terminating, 0
 		case requeue > 0:
-			return phase, requeue
+			// A later wish (a far deadline, a long back-off) never
+			// delays the periodic resync.
+			return phase, min(requeue, w.cfg.ResyncInterval)
 		default:
 			return phase, w.cfg.ResyncInterval
 		}

@@ -340,6 +340,24 @@ func TestFailedSyncHonoursRequeue(t *testing.T) {
 	}
 }
 
+// A requeue later than the resync interval (an active deadline an hour
+// away) does not hold the periodic resync back; a sooner one is kept.
+func TestRequeueNeverDelaysTheResync(t *testing.T) {
+	r := newRecorder()
+	w, _ := newWorkers(t, r)
+	for _, tc := range []struct {
+		requeue, want time.Duration
+	}{{time.Hour, time.Minute}, {3 * time.Second, 3 * time.Second}} {
+		r.mu.Lock()
+		r.requeue = tc.requeue
+		r.mu.Unlock()
+		next, retry := w.runPhase(context.Background(), pod("a", "web"), Syncing, nil)
+		if next != Syncing || retry != tc.want {
+			t.Errorf("requeue %v: got %v after %v, want syncing after %v", tc.requeue, next, retry, tc.want)
+		}
+	}
+}
+
 func TestOnTerminatedIsCalledOnceWorkerCanBeForgotten(t *testing.T) {
 	r := newRecorder()
 	r.terminal["a"] = true
