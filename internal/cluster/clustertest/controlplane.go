@@ -102,6 +102,7 @@ func (s *Server) launch(name string) *component {
 			"--cluster-signing-cert-file", s.CAFile,
 			"--cluster-signing-key-file", filepath.Join(s.dir, "ca.key"),
 			"--service-cluster-ip-range", "10.0.0.0/24",
+			"--cluster-signing-duration", s.signingDuration(),
 		)
 	case clusterbin.Scheduler:
 		return s.component(name, "system:kube-scheduler")

@@ -41,6 +41,10 @@ type Options struct {
 	// it the harness creates the default ServiceAccount and kube-root-ca.crt
 	// itself, and pods are bound by hand (spec.nodeName).
 	ControlPlane bool
+	// SigningDuration, when set, is the lifetime of the certificates the
+	// controller-manager signs (--cluster-signing-duration; default a
+	// year), for tests of certificate rotation.
+	SigningDuration time.Duration
 }
 
 // Server is a running etcd and kube-apiserver pair on loopback, with
@@ -59,6 +63,7 @@ type Server struct {
 	apiArgs  []string
 	etcdArgs []string
 	full     bool
+	signing  time.Duration
 
 	mu    sync.Mutex
 	api   *proc
@@ -88,7 +93,7 @@ func Start(t testing.TB, opts Options) *Server {
 	bins := Binaries(t)
 	dir, err := os.MkdirTemp("", "mlt-cluster")
 	check(t, err, "temp dir")
-	s := &Server{t: t, dir: dir, bins: bins, tokens: map[string]string{}, full: opts.ControlPlane}
+	s := &Server{t: t, dir: dir, bins: bins, tokens: map[string]string{}, full: opts.ControlPlane, signing: opts.SigningDuration}
 	t.Cleanup(func() {
 		s.stopComponents()
 		s.StopAPIServer()
@@ -185,6 +190,7 @@ func (s *Server) startEtcd() {
 		"--tls-private-key-file", filepath.Join(s.dir, "apiserver.key"),
 		"--client-ca-file", s.CAFile,
 		"--token-auth-file", filepath.Join(s.dir, "tokens.csv"),
+		"--enable-bootstrap-token-auth",
 		"--authorization-mode", "Node,RBAC",
 		"--enable-admission-plugins", "NodeRestriction",
 		"--service-account-issuer", "https://kubernetes.default.svc",
