@@ -132,7 +132,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// secret, projected service-account tokens; downwardAPI.
 	podsDir := filepath.Join(cfg.RootDir, "pods")
 	vols, err := volumes.New(volumes.Config{
-		PodsDir: podsDir, Objects: link.objectsOrNil(), Clock: clk, Logger: log,
+		PodsDir: podsDir, Objects: podObjects(cfg, link), Clock: clk, Logger: log,
 		Node: downward.Node{HostIP: addrs.IP, Allocatable: func(r v1.ResourceName) (resource.Quantity, bool) {
 			q, ok := cgroups.Allocatable()[r]
 			return q, ok
@@ -153,7 +153,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		LogRoot:               filepath.Join(cfg.RootDir, "logs"),
 		PodsDir:               podsDir,
 		Volumes:               vols,
-		Objects:               link.objectsOrNil(),
+		Objects:               podObjects(cfg, link),
 		HostIP:                addrs.IP,
 		NodeAllocatable:       cgroups.Allocatable(),
 		PodCgroups:            cgroups,

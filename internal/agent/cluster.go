@@ -13,6 +13,7 @@ import (
 	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/lifecycle"
 	"github.com/minilet/minilet/internal/nodecert"
+	"github.com/minilet/minilet/internal/objects"
 	"github.com/minilet/minilet/internal/volumes"
 )
 
@@ -77,13 +78,17 @@ func newClusterLink(ctx context.Context, bg *background, cfg *config.Config, clk
 	return &clusterLink{cluster: c, publisher: cluster.NewPublisher(c), creds: creds}, nil
 }
 
-// objectsOrNil serves configMaps, secrets and tokens to pod volumes and
-// env; nil in standalone mode.
-func (l *clusterLink) objectsOrNil() volumes.Objects {
-	if l == nil {
-		return nil
+// podObjects serves configMaps, secrets and tokens to pod volumes and
+// env: the API server in cluster mode, else the --object-manifest-path
+// folder; nil when there is neither.
+func podObjects(cfg *config.Config, l *clusterLink) volumes.Objects {
+	switch {
+	case l != nil:
+		return l.cluster
+	case cfg.ObjectManifestPath != "":
+		return objects.NewFolder(cfg.ObjectManifestPath)
 	}
-	return l.cluster
+	return nil
 }
 
 // publisherOrNil is the core's Publisher, nil in standalone mode.

@@ -7,8 +7,8 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"path/filepath"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -35,6 +35,7 @@ func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.
 		ImageGCPeriod:               o.ImageGCPeriod,
 		DevicePluginDir:             o.DevicePluginDir,
 		Kubeconfig:                  o.Kubeconfig,
+		ObjectManifestPath:          o.ObjectManifestPath,
 		BootstrapKubeconfig:         o.BootstrapKubeconfig,
 		CertDir:                     o.CertDir,
 		RotateCertificates:          kc.RotateCertificates,
@@ -229,6 +230,9 @@ func buildIdentity(c *Config, kc *kubeletv1beta1.KubeletConfiguration, o *Option
 	}
 	if u := kc.StaticPodURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 		errs = append(errs, field.Invalid(field.NewPath("staticPodURL"), u, "must be an http or https URL"))
+	}
+	if c.ObjectManifestPath != "" && c.Kubeconfig != "" {
+		errs = append(errs, field.Invalid(field.NewPath("--"+FlagObjectManifestPath), c.ObjectManifestPath, "ConfigMaps and Secrets come from the API server with --kubeconfig; the folder is for a standalone agent"))
 	}
 	if c.BootstrapKubeconfig != "" && c.Kubeconfig == "" {
 		errs = append(errs, field.Required(field.NewPath("--"+FlagKubeconfig), "--"+FlagBootstrapKubeconfig+" needs --kubeconfig: the path the bootstrapped credentials are written to"))

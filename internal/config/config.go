@@ -42,6 +42,7 @@ type Config struct {
 
 	// Pod sources.
 	StaticPodPath      string        // staticPodPath / --pod-manifest-path; "" = none
+	ObjectManifestPath string        // --object-manifest-path: ConfigMaps and Secrets of a standalone agent; "" = none
 	StaticPodURL       string        // staticPodURL / --manifest-url; "" = none
 	StaticPodURLHeader http.Header   // staticPodURLHeader / --manifest-url-header
 	FileCheckFrequency time.Duration // fileCheckFrequency; default 20s

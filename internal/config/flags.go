@@ -17,6 +17,7 @@ type Options struct {
 	DevicePluginDir     string
 	HostnameOverride    string
 	Kubeconfig          string
+	ObjectManifestPath  string
 	BootstrapKubeconfig string
 	CertDir             string
 	NodeIP              string
@@ -79,6 +80,7 @@ const (
 	FlagCgroupDriver             = "cgroup-driver"
 	FlagHostnameOverride         = "hostname-override"
 	FlagKubeconfig               = "kubeconfig"
+	FlagObjectManifestPath       = "object-manifest-path"
 	FlagBootstrapKubeconfig      = "bootstrap-kubeconfig"
 	FlagCertDir                  = "cert-dir"
 	FlagRotateCertificates       = "rotate-certificates"
@@ -117,6 +119,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.ConfigFile, FlagConfig, "", "KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file; flags set on the command line override it")
 	fs.StringVar(&o.RootDir, FlagRootDir, DefaultRootDir, "directory for minilet state: logs, checkpoints, images, sockets")
 	fs.StringVar(&o.PodManifestPath, FlagPodManifestPath, "", "directory (or file) of static pod manifests to run")
+	fs.StringVar(&o.ObjectManifestPath, FlagObjectManifestPath, "", "directory of ConfigMap and Secret objects (YAML or JSON) for pods' volumes and env when there is no API server; re-read at every pod sync")
 	fs.StringVar(&o.ManifestURL, FlagManifestURL, "", "URL serving static pod manifests (a Pod or PodList)")
 	fs.StringSliceVar(&o.ManifestURLHeader, FlagManifestURLHeader, nil, "HTTP headers for --manifest-url, as 'Key:Value' (repeat or comma-separate)")
 	fs.StringVar(&o.ContainerRuntimeEndpoint, FlagContainerRuntimeEndpoint, "", "CRI endpoint, e.g. unix:///run/containerd/containerd.sock; empty = the embedded runtime")
