@@ -148,7 +148,7 @@ func TestVolumes(t *testing.T) {
 	if err := vm.Setup(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
-	mounts, err := e.m.makeMounts(pod, &pod.Spec.Containers[0])
+	mounts, err := e.m.makeMounts(pod, &pod.Spec.Containers[0], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +161,21 @@ func TestVolumes(t *testing.T) {
 		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
 			t.Fatalf("%s not created: %v", d, err)
 		}
+	}
+
+	// subPathExpr: expanded with the container's env, kept inside the volume.
+	c := pod.Spec.Containers[0].DeepCopy()
+	c.VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: "/logs", SubPathExpr: "$(POD)/logs"}}
+	mounts, err = e.m.makeMounts(pod, c, map[string]string{"POD": "web-1"})
+	if err != nil || len(mounts) != 1 || mounts[0].HostPath != filepath.Join(wantEmpty, "web-1", "logs") {
+		t.Fatalf("subPathExpr mounts = %+v, %v", mounts, err)
+	}
+	if fi, err := os.Stat(filepath.Join(wantEmpty, "web-1", "logs")); err != nil || !fi.IsDir() {
+		t.Errorf("subPathExpr directory not created: %v", err)
+	}
+	_, err = e.m.makeMounts(pod, c, map[string]string{"POD": "../../etc"})
+	if err == nil || !strings.Contains(err.Error(), `subPathExpr "../../etc/logs" must be a relative path inside the volume`) {
+		t.Errorf("an escaping subPathExpr: %v", err)
 	}
 
 	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "x", Path: "/"}}})

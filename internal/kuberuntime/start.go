@@ -153,16 +153,16 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	if err != nil {
 		return nil, err
 	}
-	mounts, err := m.makeMounts(pod, c)
+	vars := make(map[string]string, len(envs))
+	for _, e := range envs {
+		vars[e.Key] = string(e.Value)
+	}
+	mounts, err := m.makeMounts(pod, c, vars)
 	if err != nil {
 		return nil, err
 	}
 	if tm := m.terminationMessageMount(pod, c); tm != nil {
 		mounts = append(mounts, tm)
-	}
-	vars := make(map[string]string, len(envs))
-	for _, e := range envs {
-		vars[e.Key] = string(e.Value)
 	}
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},

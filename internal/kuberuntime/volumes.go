@@ -29,8 +29,9 @@ func (noVolumes) Path(_ *v1.Pod, vol *v1.Volume) (string, error) {
 }
 
 // makeMounts turns the container's volumeMounts into CRI mounts: each
-// volume's host path, or a subPath inside it (created when missing).
-func (m *Manager) makeMounts(pod *v1.Pod, c *v1.Container) ([]*runtimeapi.Mount, error) {
+// volume's host path, or a subPath inside it (created when missing);
+// subPathExpr is expanded with the container's environment vars first.
+func (m *Manager) makeMounts(pod *v1.Pod, c *v1.Container, vars map[string]string) ([]*runtimeapi.Mount, error) {
 	var mounts []*runtimeapi.Mount
 	for _, vm := range c.VolumeMounts {
 		var vol *v1.Volume
@@ -46,11 +47,15 @@ func (m *Manager) makeMounts(pod *v1.Pod, c *v1.Container) ([]*runtimeapi.Mount,
 		if err != nil {
 			return nil, err
 		}
-		if vm.SubPath != "" {
-			if filepath.IsAbs(vm.SubPath) || strings.Contains(vm.SubPath, "..") {
-				return nil, fmt.Errorf("volumeMount %q: subPath %q must be a relative path inside the volume: %w", vm.Name, vm.SubPath, errdefs.ErrInvalidArgument)
+		sub, field := vm.SubPath, "subPath"
+		if vm.SubPathExpr != "" {
+			sub, field = expand(vm.SubPathExpr, vars), "subPathExpr"
+		}
+		if sub != "" {
+			if filepath.IsAbs(sub) || hasDotDot(sub) {
+				return nil, fmt.Errorf("volumeMount %q of container %q: %s %q must be a relative path inside the volume: %w", vm.Name, c.Name, field, sub, errdefs.ErrInvalidArgument)
 			}
-			host = filepath.Join(host, vm.SubPath)
+			host = filepath.Join(host, sub)
 			if _, err := os.Stat(host); errors.Is(err, os.ErrNotExist) {
 				if err := os.MkdirAll(host, 0o755); err != nil {
 					return nil, fmt.Errorf("volumeMount %q subPath: %w", vm.Name, err)
@@ -78,4 +83,14 @@ func propagation(p *v1.MountPropagationMode) runtimeapi.MountPropagation {
 		return runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL
 	}
 	return runtimeapi.MountPropagation_PROPAGATION_PRIVATE
+}
+
+// hasDotDot reports a ".." element in a slash-separated path.
+func hasDotDot(p string) bool {
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return true
+		}
+	}
+	return false
 }
