@@ -261,6 +261,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		},
 		Sources:   sourceNames(cfg),
 		Publisher: link.publisherOrNil(),
+		Volumes:   vols,
 		Recorder:  recorder, Clock: clk, Logger: log, Metrics: kubeletMetrics,
 	})
 	if err != nil {

@@ -97,9 +97,9 @@ func hasRunning(p *container.Pod) bool {
 }
 
 // periodic runs the cleanups: probe workers of gone pods and mirror pods
-// whose static pod is gone at every round; dead containers and orphaned
-// cgroups, which need no hurry, once a minute; and the pod and container
-// counts.
+// whose static pod is gone at every round; dead containers, orphaned
+// cgroups and orphaned volumes, which need no hurry, once a minute; and
+// the pod and container counts.
 func (l *Loop) periodic(ctx context.Context) {
 	list := l.cfg.Pods.List()
 	desired := map[types.UID]struct{}{}
@@ -120,6 +120,11 @@ func (l *Loop) periodic(ctx context.Context) {
 		}
 		if err := l.cfg.Cgroups.CleanupOrphans(ctx, keep); err != nil {
 			l.log.Warn("cleaning up orphaned pod cgroups failed", "err", err)
+		}
+		if l.cfg.Volumes != nil {
+			if err := l.cfg.Volumes.CleanupOrphans(keep); err != nil {
+				l.log.Warn("cleaning up orphaned pod volumes failed", "err", err)
+			}
 		}
 	}
 	if l.cfg.Publisher != nil {

@@ -46,6 +46,9 @@ type LoopConfig struct {
 	Sources []string
 	// Publisher tells the cluster about pods; nil in standalone mode.
 	Publisher Publisher
+	// Volumes removes the volumes of pods gone while nobody watched
+	// (e.g. deleted while the agent was down); nil = none to clean.
+	Volumes Volumes
 	// Recorder default: drops events. Clock default: the real clock.
 	// Logger default: discards. Metrics default: none.
 	Recorder Recorder

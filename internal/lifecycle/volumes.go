@@ -13,4 +13,6 @@ type Volumes interface {
 	Setup(ctx context.Context, pod *v1.Pod) error
 	// Teardown removes what Setup made for pod uid.
 	Teardown(uid types.UID) error
+	// CleanupOrphans tears down the volumes of every pod not in keep.
+	CleanupOrphans(keep map[types.UID]bool) error
 }

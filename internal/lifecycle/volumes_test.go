@@ -23,6 +23,7 @@ func (f *fakeVolumes) Teardown(uid types.UID) error {
 	f.teardowns = append(f.teardowns, uid)
 	return nil
 }
+func (f *fakeVolumes) CleanupOrphans(map[types.UID]bool) error { return nil }
 
 func withVolumes(f *fakeVolumes) harnessOption {
 	return func(h *harness, _ *LoopConfig) { h.volumes = f }

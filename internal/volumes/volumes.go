@@ -270,6 +270,34 @@ func isMountPoint(dir string) (bool, error) {
 	return st.Dev != parent.Dev, nil
 }
 
+// CleanupOrphans tears down the volumes of every pod under the pods
+// directory that is not in keep: pods deleted while the agent was down
+// leave their tmpfs mounts and files behind otherwise.
+func (m *Manager) CleanupOrphans(keep map[types.UID]bool) error {
+	entries, err := os.ReadDir(m.cfg.PodsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		uid := types.UID(e.Name())
+		if !e.IsDir() || keep[uid] {
+			continue
+		}
+		if _, err := os.Stat(m.volumesDir(uid)); err != nil {
+			continue
+		}
+		m.log.Info("removing the volumes of a pod that is gone", "uid", uid)
+		if err := m.Teardown(uid); err != nil {
+			errs = append(errs, fmt.Errorf("pod %s: %w", uid, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Teardown unmounts the tmpfs mounts of pod uid's volumes and removes its
 // volume directories; hostPath contents are never touched.
 func (m *Manager) Teardown(uid types.UID) error {

@@ -285,3 +285,28 @@ func TestProjectedServiceAccountToken(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Volumes of pods no longer known (deleted while the agent was down) are
+// torn down; those of known pods stay.
+func TestCleanupOrphans(t *testing.T) {
+	m, o := newManager(t)
+	o.secrets["ns/db"] = &v1.Secret{Data: map[string][]byte{"pw": []byte("x")}}
+	vol := v1.Volume{Name: "creds", VolumeSource: v1.VolumeSource{Secret: &v1.SecretVolumeSource{SecretName: "db"}}}
+	kept, gone := testPod(vol), testPod(vol)
+	gone.UID = "uid-gone"
+	for _, p := range []*v1.Pod{kept, gone} {
+		if err := m.Setup(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.CleanupOrphans(map[types.UID]bool{kept.UID: true}); err != nil {
+		t.Fatal(err)
+	}
+	keptDir, _ := m.Path(kept, &kept.Spec.Volumes[0])
+	if read(t, filepath.Join(keptDir, "pw")) != "x" {
+		t.Error("a known pod's volume was touched")
+	}
+	if _, err := os.Stat(filepath.Join(m.cfg.PodsDir, "uid-gone", "volumes")); !os.IsNotExist(err) {
+		t.Errorf("an orphan's volumes are still there: %v", err)
+	}
+}
