@@ -37,14 +37,14 @@ func setup(t *testing.T) *env {
 }
 
 // setupWith is setup with the API server's options (e.g. the full control
-// plane).
-func setupWith(t *testing.T, opts clustertest.Options) *env {
+// plane) and extra agent flags.
+func setupWith(t *testing.T, opts clustertest.Options, agentArgs ...string) *env {
 	t.Helper()
 	clustertest.SkipUnlessEnabled(t)
 	srv := clustertest.Start(t, opts)
 	a := harness.New(t)
 	a.NodeName = fmt.Sprintf("node-%d", time.Now().UnixNano()%1e6)
-	a.ExtraArgs = srv.AgentArgs(a.NodeName)
+	a.ExtraArgs = append(srv.AgentArgs(a.NodeName), agentArgs...)
 	a.Start()
 	e := &env{t: t, srv: srv, a: a, ctx: context.Background()}
 	e.eventually("the node registered and Ready", func() (bool, string) {

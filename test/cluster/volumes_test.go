@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minilet/minilet/internal/cluster/clustertest"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -132,4 +134,61 @@ func onTmpfs(t *testing.T, dir string) bool {
 		}
 	}
 	return false
+}
+
+// A ConfigMap edited in the API server reaches the running pod's volume
+// within the sync period (shortened here from the kubelet's minute), all
+// keys at once; the projected token is bound to the pod and carries the
+// audience and lifetime asked for.
+func TestConfigMapUpdateReachesTheRunningPod(t *testing.T) {
+	e := setupWith(t, clustertest.Options{}, "--sync-frequency", "3s")
+	cs := e.srv.Admin
+	cm, err := cs.CoreV1().ConfigMaps("default").Create(e.ctx, &v1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "live"}, Data: map[string]string{"a": "1", "b": "1"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.pod("reader", "sh", "-c", "while true; do echo \"a=$(cat /etc/live/a) b=$(cat /etc/live/b)\"; sleep 0.2; done")
+	p.Spec.Volumes = []v1.Volume{
+		{Name: "live", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "live"}}}},
+		{Name: "token", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+			{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Audience: "vault", ExpirationSeconds: ptr.To[int64](600), Path: "token"}},
+		}}}},
+	}
+	p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "live", MountPath: "/etc/live"}, {Name: "token", MountPath: "/etc/token"}}
+	created := e.create(p)
+	e.waitPod("reader Running", p.Name, runningReady)
+	logsHave := func(want string) {
+		t.Helper()
+		e.eventually("the pod's log shows "+want, func() (bool, string) {
+			raw, err := cs.CoreV1().Pods("default").GetLogs(p.Name, &v1.PodLogOptions{TailLines: ptr.To[int64](3)}).DoRaw(e.ctx)
+			return err == nil && strings.Contains(string(raw), want), fmt.Sprint(string(raw), err)
+		})
+	}
+	logsHave("a=1 b=1")
+	cm.Data = map[string]string{"a": "2", "b": "2"}
+	if _, err := cs.CoreV1().ConfigMaps("default").Update(e.ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	logsHave("a=2 b=2")
+
+	// The token as the API server sees it: the pod's service account,
+	// bound to the pod, for audience vault.
+	tokenFile := filepath.Join(e.a.RootDir, "pods", string(created.UID), "volumes", "kubernetes.io~projected", "token", "token")
+	tok, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	review, err := cs.AuthenticationV1().TokenReviews().Create(e.ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: string(tok), Audiences: []string{"vault"}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := review.Status
+	if !st.Authenticated || st.User.Username != "system:serviceaccount:default:default" ||
+		fmt.Sprint(st.User.Extra["authentication.kubernetes.io/pod-name"]) != "[reader]" {
+		t.Errorf("token review: %+v", st)
+	}
 }
