@@ -129,10 +129,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	bg.onStop(probes.Stop)
 
 	// Pod volumes: emptyDir, hostPath, and (from the API server) configMap,
-	// secret, projected service-account tokens; downwardAPI.
+	// secret, projected service-account tokens, persistentVolumeClaim;
+	// downwardAPI.
 	podsDir := filepath.Join(cfg.RootDir, "pods")
 	vols, err := volumes.New(volumes.Config{
 		PodsDir: podsDir, Objects: podObjects(cfg, link), Clock: clk, Logger: log,
+		NodeName: cfg.NodeName,
 		Node: downward.Node{HostIP: addrs.IP, Allocatable: func(r v1.ResourceName) (resource.Quantity, bool) {
 			q, ok := cgroups.Allocatable()[r]
 			return q, ok
@@ -215,6 +217,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		},
 		KillPod:    lifecycle.Evict(pods, workers),
 		ActivePods: pods.Active,
+		Volumes:    vols,
 		Recorder:   recorder, Node: nodeRef, Clock: clk, Logger: log,
 	}, cgroups)
 	if err != nil {

@@ -43,3 +43,22 @@ func (c *Cluster) ServiceAccountToken(ctx context.Context, pod *v1.Pod, spec aut
 	}
 	return &tr.Status, nil
 }
+
+// PersistentVolumeClaim reads a claim a pod of this node mounts (the Node
+// authorizer allows exactly those).
+func (c *Cluster) PersistentVolumeClaim(ctx context.Context, namespace, name string) (*v1.PersistentVolumeClaim, error) {
+	pvc, err := c.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, classify(err, "getting persistentvolumeclaim "+namespace+"/"+name)
+	}
+	return pvc, nil
+}
+
+// PersistentVolume reads the volume bound to such a claim.
+func (c *Cluster) PersistentVolume(ctx context.Context, name string) (*v1.PersistentVolume, error) {
+	pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, classify(err, "getting persistentvolume "+name)
+	}
+	return pv, nil
+}

@@ -3,7 +3,8 @@
 // node-level resources (dead containers, unused images) and, if that is
 // not enough, evicts one pod at a time, ranked the way the kubelet ranks
 // them. It also refuses new pods under pressure, like the kubelet's
-// eviction admission handler.
+// eviction admission handler, and evicts pods whose disk emptyDir
+// volumes outgrow their sizeLimit.
 package eviction
 
 import (
@@ -90,10 +91,13 @@ type Deps struct {
 	// ActivePods lists the pods that are running or about to (not
 	// terminated). Required.
 	ActivePods func() []*v1.Pod
-	Recorder   events.Recorder  // default events.Nop
-	Node       runtime.Object   // the node EvictionThresholdMet events are about
-	Clock      clock.WithTicker // default the real clock
-	Logger     *slog.Logger     // default discards
+	// Volumes measures emptyDir volumes against their sizeLimit at every
+	// observation; nil = sizeLimit is not enforced.
+	Volumes  VolumeUsage
+	Recorder events.Recorder  // default events.Nop
+	Node     runtime.Object   // the node EvictionThresholdMet events are about
+	Clock    clock.WithTicker // default the real clock
+	Logger   *slog.Logger     // default discards
 }
 
 // Manager is the eviction manager. Its methods are safe for concurrent
@@ -227,10 +231,15 @@ func (m *Manager) synchronize(ctx context.Context) error {
 	m.thresholdsMet = active
 	m.mu.Unlock()
 
+	pods := m.deps.ActivePods()
+	// Pods over their own local-storage limits go first; the kubelet then
+	// leaves node pressure to the next observation.
+	if m.localStorageEviction(ctx, pods) {
+		return nil
+	}
 	if len(active) == 0 {
 		return nil
 	}
-	pods := m.deps.ActivePods()
 	if m.waitingForCleanup(pods, now) {
 		return nil
 	}
@@ -319,19 +328,26 @@ func (m *Manager) evictOne(ctx context.Context, th Threshold, obs Observations, 
 		u, known := usage[pod.UID]
 		msg := evictionMessage(th, obs, pod, u, known)
 		grace := m.gracePeriod(th, pod)
-		status := evictedStatus(msg)
 		m.log.Warn("evicting pod", "pod", pod.Namespace+"/"+pod.Name, "signal", th.Signal, "gracePeriod", grace)
-		m.deps.Recorder.Event(pod, v1.EventTypeWarning, Reason, msg)
-		if err := m.deps.KillPod(pod, status, grace); err != nil {
-			m.log.Error("evicting pod failed", "pod", pod.Namespace+"/"+pod.Name, "err", err)
-			continue
+		if m.evict(pod, evictedStatus(msg), grace) {
+			return
 		}
-		m.mu.Lock()
-		m.evicted[pod.UID] = m.clock.Now()
-		m.mu.Unlock()
-		return
 	}
 	m.log.Error("eviction threshold met but no pod could be evicted", "signal", th.Signal)
+}
+
+// evict records the Evicted event and kills pod with status as its final
+// status, remembering it until it is gone; it reports success.
+func (m *Manager) evict(pod *v1.Pod, status v1.PodStatus, grace int64) bool {
+	m.deps.Recorder.Event(pod, v1.EventTypeWarning, Reason, status.Message)
+	if err := m.deps.KillPod(pod, status, grace); err != nil {
+		m.log.Error("evicting pod failed", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		return false
+	}
+	m.mu.Lock()
+	m.evicted[pod.UID] = m.clock.Now()
+	m.mu.Unlock()
+	return true
 }
 
 func (m *Manager) gracePeriod(th Threshold, pod *v1.Pod) int64 {

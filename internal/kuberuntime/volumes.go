@@ -30,7 +30,8 @@ func (noVolumes) Path(_ *v1.Pod, vol *v1.Volume) (string, error) {
 
 // makeMounts turns the container's volumeMounts into CRI mounts: each
 // volume's host path, or a subPath inside it (created when missing);
-// subPathExpr is expanded with the container's environment vars first.
+// subPathExpr is expanded with the container's environment vars first. A
+// mount is read-only when it says so or its claim volume does.
 func (m *Manager) makeMounts(pod *v1.Pod, c *v1.Container, vars map[string]string) ([]*runtimeapi.Mount, error) {
 	var mounts []*runtimeapi.Mount
 	for _, vm := range c.VolumeMounts {
@@ -65,11 +66,17 @@ func (m *Manager) makeMounts(pod *v1.Pod, c *v1.Container, vars map[string]strin
 		mounts = append(mounts, &runtimeapi.Mount{
 			ContainerPath: vm.MountPath,
 			HostPath:      host,
-			Readonly:      vm.ReadOnly,
+			Readonly:      vm.ReadOnly || claimReadOnly(vol),
 			Propagation:   propagation(vm.MountPropagation),
 		})
 	}
 	return mounts, nil
+}
+
+// claimReadOnly reports a persistentVolumeClaim volume the pod asks to
+// mount read-only in every container.
+func claimReadOnly(vol *v1.Volume) bool {
+	return vol.PersistentVolumeClaim != nil && vol.PersistentVolumeClaim.ReadOnly
 }
 
 func propagation(p *v1.MountPropagationMode) runtimeapi.MountPropagation {

@@ -65,6 +65,18 @@ func (f *Folder) ServiceAccountToken(_ context.Context, pod *v1.Pod, _ authentic
 	return nil, fmt.Errorf("service account token for pod %s/%s: a standalone node has no API server to issue it: %w", pod.Namespace, pod.Name, errdefs.ErrNotFound)
 }
 
+// PersistentVolumeClaim fails: claims are bound to volumes by the
+// cluster's controllers, which a standalone node has not (a hostPath
+// volume in the pod serves the same purpose).
+func (f *Folder) PersistentVolumeClaim(_ context.Context, namespace, name string) (*v1.PersistentVolumeClaim, error) {
+	return nil, fmt.Errorf("persistentvolumeclaim %s/%s: a standalone node has no API server to bind claims to volumes; use a hostPath volume instead: %w", namespace, name, errdefs.ErrNotFound)
+}
+
+// PersistentVolume fails, as PersistentVolumeClaim does.
+func (f *Folder) PersistentVolume(_ context.Context, name string) (*v1.PersistentVolume, error) {
+	return nil, fmt.Errorf("persistentvolume %s: a standalone node has no API server to serve it: %w", name, errdefs.ErrNotFound)
+}
+
 func notFound(kind, ns, name, dir string, loadErr error) error {
 	msg := fmt.Sprintf("%s %s/%s not found in %s", kind, ns, name, dir)
 	if loadErr != nil {

@@ -3,19 +3,26 @@
 // <plugin>/<name>:
 //
 //   - emptyDir (kubernetes.io~empty-dir): a directory open to every user
-//     (0777), or with medium Memory a tmpfs sized by sizeLimit;
+//     (0777; with the pod's fsGroup, owned by that group and setgid so
+//     files made inside inherit it), or with medium Memory a tmpfs sized
+//     by sizeLimit. A disk emptyDir's sizeLimit is enforced by eviction,
+//     which measures it with EmptyDirUsage;
 //   - configMap, secret, downwardAPI and projected (kubernetes.io~configmap,
 //     ~secret, ~downward-api, ~projected): files written with the kubelet's
 //     atomic ..data layout, rewritten when their sources change; secret
 //     and projected volumes live on a tmpfs, never on disk. A projected
 //     serviceAccountToken is a TokenRequest bound to the pod, renewed at
 //     80 % of its lifetime (or after a day);
-//   - hostPath: the host's own path, created or checked by its type.
+//   - hostPath: the host's own path, created or checked by its type;
+//   - persistentVolumeClaim: the path of the local or hostPath
+//     PersistentVolume bound to the claim, when its nodeAffinity allows
+//     this node. Setup resolves it through the API server and remembers
+//     it for Path.
 //
 // Setup runs at every sync of the pod, so changes reach running pods
 // within the sync period; Teardown removes what Setup made once the pod is
-// gone. ConfigMaps, Secrets and tokens come from an Objects source: the API
-// server in cluster mode.
+// gone. ConfigMaps, Secrets, tokens and claims come from an Objects
+// source: the API server in cluster mode.
 package volumes
 
 import (
@@ -49,14 +56,17 @@ const (
 	ProjectedDir   = "kubernetes.io~projected"
 )
 
-// Objects is where configMaps, secrets and service-account tokens come
-// from. A missing object is an error wrapping errdefs.ErrNotFound.
+// Objects is where configMaps, secrets, service-account tokens and
+// persistent volume claims (with their volumes) come from. A missing
+// object is an error wrapping errdefs.ErrNotFound.
 type Objects interface {
 	ConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error)
 	Secret(ctx context.Context, namespace, name string) (*v1.Secret, error)
 	// ServiceAccountToken requests a token for the pod's service account,
 	// bound to the pod.
 	ServiceAccountToken(ctx context.Context, pod *v1.Pod, spec authenticationv1.TokenRequestSpec) (*authenticationv1.TokenRequestStatus, error)
+	PersistentVolumeClaim(ctx context.Context, namespace, name string) (*v1.PersistentVolumeClaim, error)
+	PersistentVolume(ctx context.Context, name string) (*v1.PersistentVolume, error)
 }
 
 // Config configures a Manager.
@@ -69,6 +79,12 @@ type Config struct {
 	// Node answers the downward API's node questions (host IP,
 	// allocatable).
 	Node downward.Node
+	// NodeName is this node's name, which persistent volumes' node
+	// affinity must allow.
+	NodeName string
+	// NodeLabels are the node's labels for node affinity; nil = the
+	// well-known ones the agent sets (hostname = NodeName, os, arch).
+	NodeLabels func() map[string]string
 	// Clock decides token renewal; default the real clock.
 	Clock clock.Clock
 	// Logger default: slog.Default().
@@ -83,6 +99,7 @@ type Manager struct {
 
 	mu     sync.Mutex
 	tokens map[tokenKey]*issued
+	claims map[claimKey]string // persistentVolumeClaim volumes → host paths
 }
 
 type tokenKey struct {
@@ -109,7 +126,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger.With("component", "volumes"), tokens: map[tokenKey]*issued{}}, nil
+	return &Manager{cfg: cfg, log: cfg.Logger.With("component", "volumes"), tokens: map[tokenKey]*issued{}, claims: map[claimKey]string{}}, nil
 }
 
 // errNoObjects explains configMap, secret and token failures standalone.
@@ -120,12 +137,18 @@ func (m *Manager) volumesDir(uid types.UID) string {
 }
 
 // Path is where volume vol of pod is on the host: its directory under the
-// pod's, or a hostPath's own path.
+// pod's, a hostPath's own path, or the path Setup resolved for a
+// persistentVolumeClaim.
 func (m *Manager) Path(pod *v1.Pod, vol *v1.Volume) (string, error) {
 	dir := ""
 	switch {
 	case vol.HostPath != nil:
 		return vol.HostPath.Path, nil
+	case vol.PersistentVolumeClaim != nil:
+		if p, ok := m.claimed(pod.UID, vol.Name); ok {
+			return p, nil
+		}
+		return "", fmt.Errorf("volume %q: persistentVolumeClaim %q is not set up yet: %w", vol.Name, vol.PersistentVolumeClaim.ClaimName, errdefs.ErrUnavailable)
 	case vol.EmptyDir != nil:
 		dir = EmptyDirPlugin
 	case vol.ConfigMap != nil:
@@ -145,8 +168,6 @@ func (m *Manager) Path(pod *v1.Pod, vol *v1.Volume) (string, error) {
 // kind names a volume's source for messages.
 func kind(vol *v1.Volume) string {
 	switch {
-	case vol.PersistentVolumeClaim != nil:
-		return "persistentVolumeClaim"
 	case vol.NFS != nil:
 		return "nfs"
 	case vol.ISCSI != nil:
@@ -175,6 +196,14 @@ func (m *Manager) Setup(ctx context.Context, pod *v1.Pod) error {
 }
 
 func (m *Manager) setup(ctx context.Context, pod *v1.Pod, vol *v1.Volume) error {
+	if vol.PersistentVolumeClaim != nil {
+		path, err := m.claimPath(ctx, pod, vol.PersistentVolumeClaim)
+		if err != nil {
+			return err
+		}
+		m.rememberClaim(pod.UID, vol.Name, path)
+		return nil
+	}
 	dir, err := m.Path(pod, vol)
 	if err != nil {
 		return err
@@ -206,7 +235,9 @@ func (m *Manager) setup(ctx context.Context, pod *v1.Pod, vol *v1.Volume) error 
 
 // emptyDir makes the directory, open to every user as the kubelet's is;
 // medium Memory mounts a tmpfs there, sized by sizeLimit, else by the
-// pod's memory limit when every container has one.
+// pod's memory limit when every container has one. With the pod's
+// fsGroup the directory belongs to that group and is setgid (02777), so
+// what containers create inside belongs to the group too.
 func (m *Manager) emptyDir(pod *v1.Pod, ed *v1.EmptyDirVolumeSource, dir string) error {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return err
@@ -220,7 +251,14 @@ func (m *Manager) emptyDir(pod *v1.Pod, ed *v1.EmptyDirVolumeSource, dir string)
 			return fmt.Errorf("medium Memory: %w", err)
 		}
 	}
-	return os.Chmod(dir, 0o777)
+	perm := os.FileMode(0o777)
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
+		if err := os.Lchown(dir, -1, int(*sc.FSGroup)); err != nil {
+			return fmt.Errorf("fsGroup %d: %w", *sc.FSGroup, err)
+		}
+		perm |= os.ModeSetgid
+	}
+	return os.Chmod(dir, perm)
 }
 
 // memorySize is a Memory emptyDir's tmpfs size: sizeLimit, else the sum of
@@ -299,12 +337,18 @@ func (m *Manager) CleanupOrphans(keep map[types.UID]bool) error {
 }
 
 // Teardown unmounts the tmpfs mounts of pod uid's volumes and removes its
-// volume directories; hostPath contents are never touched.
+// volume directories; hostPath and persistent volume contents are never
+// touched.
 func (m *Manager) Teardown(uid types.UID) error {
 	m.mu.Lock()
 	for k := range m.tokens {
 		if k.pod == uid {
 			delete(m.tokens, k)
+		}
+	}
+	for k := range m.claims {
+		if k.pod == uid {
+			delete(m.claims, k)
 		}
 	}
 	m.mu.Unlock()

@@ -23,11 +23,14 @@ import (
 )
 
 // objects stands in for the API server (the cluster tests use the real
-// one): configMaps, secrets, and tokens numbered by request.
+// one): configMaps, secrets, claims and volumes, and tokens numbered by
+// request.
 type objects struct {
 	mu       sync.Mutex
 	cms      map[string]*v1.ConfigMap
 	secrets  map[string]*v1.Secret
+	pvcs     map[string]*v1.PersistentVolumeClaim
+	pvs      map[string]*v1.PersistentVolume
 	requests int
 	clock    *clocktesting.FakeClock
 }
@@ -61,14 +64,33 @@ func (o *objects) ServiceAccountToken(_ context.Context, pod *v1.Pod, spec authe
 	}, nil
 }
 
+func (o *objects) PersistentVolumeClaim(_ context.Context, ns, name string) (*v1.PersistentVolumeClaim, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c, ok := o.pvcs[ns+"/"+name]; ok {
+		return c.DeepCopy(), nil
+	}
+	return nil, fmt.Errorf("persistentvolumeclaims %q not found: %w", name, errdefs.ErrNotFound)
+}
+
+func (o *objects) PersistentVolume(_ context.Context, name string) (*v1.PersistentVolume, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if pv, ok := o.pvs[name]; ok {
+		return pv.DeepCopy(), nil
+	}
+	return nil, fmt.Errorf("persistentvolumes %q not found: %w", name, errdefs.ErrNotFound)
+}
+
 func newManager(t *testing.T) (*Manager, *objects) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounts tmpfs: needs root")
 	}
 	clk := clocktesting.NewFakeClock(time.Unix(1_800_000_000, 0))
-	o := &objects{cms: map[string]*v1.ConfigMap{}, secrets: map[string]*v1.Secret{}, clock: clk}
-	m, err := New(Config{PodsDir: t.TempDir(), Objects: o, Clock: clk})
+	o := &objects{cms: map[string]*v1.ConfigMap{}, secrets: map[string]*v1.Secret{}, clock: clk,
+		pvcs: map[string]*v1.PersistentVolumeClaim{}, pvs: map[string]*v1.PersistentVolume{}}
+	m, err := New(Config{PodsDir: t.TempDir(), Objects: o, Clock: clk, NodeName: "node-a"})
 	if err != nil {
 		t.Fatal(err)
 	}
