@@ -26,8 +26,12 @@ type podSource struct {
 	updates  chan podsource.Update
 	changed  chan struct{}
 
-	mu        sync.Mutex
-	finalized map[types.UID]bool // deleted by FinalizeDeletion, still in the cache
+	mu sync.Mutex
+	// finalized holds the pods FinalizeDeletion is deleting or deleted
+	// that the watch still shows: snapshots leave them out, so the sync
+	// loop does not take a pod it already let go for a new one and ask
+	// for its deletion again while the first DELETE waits for its turn.
+	finalized map[types.UID]bool
 }
 
 func newPodSource(c *Cluster) *podSource {
@@ -108,6 +112,8 @@ func (s *podSource) run(ctx context.Context) {
 // first, each annotated with its source) and the mirror pods (the
 // informer's copies, read only).
 func (s *podSource) snapshot() (out, mirrors []*v1.Pod) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, o := range s.informer.GetStore().List() {
 		p, ok := o.(*v1.Pod)
 		if !ok {
@@ -115,6 +121,9 @@ func (s *podSource) snapshot() (out, mirrors []*v1.Pod) {
 		}
 		if IsMirrorPod(p) {
 			mirrors = append(mirrors, p)
+			continue
+		}
+		if s.finalized[p.UID] {
 			continue
 		}
 		p = p.DeepCopy()
@@ -154,10 +163,18 @@ func IsMirrorPod(p *v1.Pod) bool {
 // containers. Its last status is written first. A pod already gone is
 // not an error.
 func (c *Cluster) FinalizeDeletion(ctx context.Context, pod *v1.Pod) error {
+	// Claim the pod until the watch reports it gone (the check and the
+	// insert under one lock, so the delete handler cannot slip between
+	// them and leave the entry behind). A pod claimed already is being
+	// deleted, or was: one DELETE per pod.
 	c.pods.mu.Lock()
-	done := c.pods.finalized[pod.UID]
+	cur, cached := c.pods.cached(pod.Namespace, pod.Name)
+	claim := cached && cur.UID == pod.UID && !c.pods.finalized[pod.UID]
+	if claim {
+		c.pods.finalized[pod.UID] = true
+	}
 	c.pods.mu.Unlock()
-	if cur, ok := c.pods.cached(pod.Namespace, pod.Name); done || !ok || cur.UID != pod.UID {
+	if !claim {
 		// Deleted already: by us (the watch has not caught up), or the
 		// watch saw it go and the caller acted on an older snapshot.
 		c.status.forget(pod.UID)
@@ -170,16 +187,14 @@ func (c *Cluster) FinalizeDeletion(ctx context.Context, pod *v1.Pod) error {
 	})
 	c.status.forget(pod.UID)
 	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		// Remember it until the watch reports the deletion (the check and
-		// the insert under one lock, so the delete handler cannot slip
-		// between them and leave the entry behind).
-		c.pods.mu.Lock()
-		if cur, cached := c.pods.cached(pod.Namespace, pod.Name); cached && cur.UID == pod.UID {
-			c.pods.finalized[pod.UID] = true
-		}
-		c.pods.mu.Unlock()
 		return nil // gone, or replaced by a new pod of the same name
 	}
+	// Not deleted: let the pod back into snapshots, so that the sync loop
+	// sees it again and the deletion is retried.
+	c.pods.mu.Lock()
+	delete(c.pods.finalized, pod.UID)
+	c.pods.mu.Unlock()
+	c.pods.poke()
 	return classify(err, "deleting pod "+pod.Namespace+"/"+pod.Name)
 }
 
