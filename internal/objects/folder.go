@@ -154,7 +154,7 @@ func (s *objectSet) addDocument(path string, doc []byte) error {
 	case "ConfigMap":
 		var cm v1.ConfigMap
 		if err := strict(doc, &cm); err != nil {
-			return fmt.Errorf("ConfigMap: %w", err)
+			return fmt.Errorf("decode ConfigMap: %w", err)
 		}
 		if err := checkKeys("ConfigMap", cm.Name, keysOf(cm.Data), keysOf(cm.BinaryData)); err != nil {
 			return err
@@ -164,7 +164,7 @@ func (s *objectSet) addDocument(path string, doc []byte) error {
 	case "Secret":
 		var sec v1.Secret
 		if err := strict(doc, &sec); err != nil {
-			return fmt.Errorf("Secret: %w", err)
+			return fmt.Errorf("decode Secret: %w", err)
 		}
 		if sec.Data == nil {
 			sec.Data = map[string][]byte{}
@@ -183,7 +183,7 @@ func (s *objectSet) addDocument(path string, doc []byte) error {
 			Items []json.RawMessage `json:"items"`
 		}
 		if err := yaml.Unmarshal(doc, &list); err != nil {
-			return fmt.Errorf("List: %w", err)
+			return fmt.Errorf("decode List: %w", err)
 		}
 		for i, it := range list.Items {
 			if err := s.addDocument(path, it); err != nil {

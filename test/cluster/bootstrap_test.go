@@ -32,6 +32,7 @@ import (
 // which an admin approves with kubectl; the kubelet API then presents a
 // certificate of the cluster CA.
 func TestTLSBootstrapFromATokenToRotatedCertificates(t *testing.T) {
+	t.Parallel()
 	clustertest.SkipUnlessEnabled(t)
 	srv := clustertest.Start(t, clustertest.Options{ControlPlane: true, SigningDuration: time.Minute})
 	ctx := context.Background()

@@ -121,6 +121,7 @@ func runningReady(p *v1.Pod) bool {
 }
 
 func TestPodFromAPIServerRunsAndIsReady(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	p := e.pod("web", "sleep", "1000")
 	p.Spec.Containers[0].ReadinessProbe = &v1.Probe{
@@ -138,6 +139,7 @@ func TestPodFromAPIServerRunsAndIsReady(t *testing.T) {
 }
 
 func TestLivenessFailuresRestartAndShowAsEventsWithCounts(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	p := e.pod("flaky", "sleep", "1000")
 	p.Spec.Containers[0].LivenessProbe = &v1.Probe{
@@ -168,6 +170,7 @@ func TestLivenessFailuresRestartAndShowAsEventsWithCounts(t *testing.T) {
 }
 
 func TestDeletingAPodTerminatesItGracefully(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	// The container exits on SIGTERM by itself, well within its grace.
 	e.create(e.pod("leaving", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"))
@@ -205,6 +208,7 @@ func TestDeletingAPodTerminatesItGracefully(t *testing.T) {
 }
 
 func TestNodeCapacityShowsDevicePluginResource(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.a.StartPlugin("example.com/gpu", "g0", "g1", "g2")
 	e.eventually("example.com/gpu: 3 in the Node's capacity and allocatable", func() (bool, string) {
@@ -218,6 +222,7 @@ func TestNodeCapacityShowsDevicePluginResource(t *testing.T) {
 }
 
 func TestStaticPodGetsAMirrorPod(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.a.WriteManifest("static.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: static\n  namespace: default\nspec:\n  containers:\n  - name: main\n    image: host\n    command: [sleep, '1000']\n")
 	name := e.a.Static("static")
@@ -232,6 +237,7 @@ func TestStaticPodGetsAMirrorPod(t *testing.T) {
 }
 
 func TestPodsKeepRunningWhileAPIServerIsDownAndStatusCatchesUp(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	// once runs until the test creates its go file, during the outage.
 	goFile := filepath.Join(t.TempDir(), "go")
@@ -268,6 +274,7 @@ func TestPodsKeepRunningWhileAPIServerIsDownAndStatusCatchesUp(t *testing.T) {
 }
 
 func TestAgentRestartKeepsAPIPodsRunning(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.create(e.pod("keeper", "sleep", "1000"))
 	before := e.waitPod("keeper Running", "keeper", func(p *v1.Pod) bool {
@@ -294,6 +301,7 @@ func TestAgentRestartKeepsAPIPodsRunning(t *testing.T) {
 // the API server with the reason, so that its controller replaces it
 // instead of waiting on a Pending pod forever.
 func TestRejectedPodIsFailedInTheAPIServer(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	p := e.pod("huge", "sleep", "1000")
 	p.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("1000")}

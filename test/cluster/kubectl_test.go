@@ -24,6 +24,7 @@ import (
 // node, through the API server, with kubectl's WebSocket default and its
 // SPDY fallback (selected by kubectl's own environment switches).
 func TestKubectlStreamsToAMiniletNode(t *testing.T) {
+	t.Parallel()
 	e := setupWith(t, clustertest.Options{ControlPlane: true})
 	port := harness.FreePort(t)
 	www := filepath.Join(t.TempDir(), "www")

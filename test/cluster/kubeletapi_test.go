@@ -22,6 +22,7 @@ import (
 // authenticated by TokenReview and authorized by SubjectAccessReview, with
 // the kubelet's answers. The full control plane runs, with its defaults.
 func TestKubeletAPIThroughTheAPIServer(t *testing.T) {
+	t.Parallel()
 	e := setupWith(t, clustertest.Options{ControlPlane: true})
 	p := e.pod("talker", "sh", "-c", "for i in 1 2 3; do echo line $i; done; sleep 1000")
 	// e.pod turns token automounting off: service-account volumes are the

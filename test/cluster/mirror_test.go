@@ -79,6 +79,7 @@ func mirrorWithin(t *testing.T, deadline time.Duration, what string, cond func()
 // An admin deleting a static pod's mirror (gracefully, as kubectl does,
 // or at once) gets a new mirror back while the static pod runs on.
 func TestMirrorPodRecreatedAfterAdminDeletesIt(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.a.WriteManifest("mirrored.yaml", staticManifest("1", "sleep 100000"))
 	name := e.a.Static("mirrored")
@@ -109,6 +110,7 @@ func TestMirrorPodRecreatedAfterAdminDeletesIt(t *testing.T) {
 // A mirror pod whose hash is not the static pod's (left by someone else)
 // is replaced by a mirror of the static pod that runs.
 func TestMirrorPodWithAnotherHashIsReplaced(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.a.WriteManifest("mirrored.yaml", staticManifest("1", "sleep 100000"))
 	name := e.a.Static("mirrored")
@@ -153,6 +155,7 @@ func TestMirrorPodWithAnotherHashIsReplaced(t *testing.T) {
 // Changing a static pod's manifest replaces its mirror with one of the
 // new spec hash, which stays; removing the manifest deletes the mirror.
 func TestMirrorPodFollowsManifestChanges(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	e.a.WriteManifest("mirrored.yaml", staticManifest("1", "sleep 100000"))
 	name := e.a.Static("mirrored")

@@ -32,6 +32,7 @@ import (
 // kube-scheduler, started again, then places the ReplicaSet's replacement
 // from a current view: A has a quarter of its CPU left, so B.
 func TestPodRejectedForCPUIsReplacedOnAnotherNode(t *testing.T) {
+	t.Parallel()
 	const wait = 120 * time.Second
 	e := setupWith(t, clustertest.Options{ControlPlane: true})
 	srv, pods := e.srv, e.srv.Admin.CoreV1().Pods("default")

@@ -102,6 +102,7 @@ func hostnameIs(node string) *v1.VolumeNodeAffinity {
 // to a type this node cannot mount (nfs) says so in its FailedMount
 // events.
 func TestPodOnLocalPersistentVolume(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	local := t.TempDir()
 	if err := os.WriteFile(filepath.Join(local, "greeting"), []byte("hello from the volume\n"), 0o644); err != nil {

@@ -13,6 +13,7 @@ import (
 // pod from the node, not a storm of repeats: a pod the node already let go
 // is not taken back while its DELETE waits for the client's rate limit.
 func TestDeletingManyPodsSendsOneDeleteEach(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	const n = 40
 	for i := range n {

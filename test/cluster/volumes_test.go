@@ -21,6 +21,7 @@ import (
 // service account. ConfigMap and secret volumes and env are there too, a
 // secret's files on a tmpfs.
 func TestDefaultServiceAccountPodTalksToTheAPIServer(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	cs := e.srv.Admin
 	if _, err := cs.CoreV1().ConfigMaps("default").Create(e.ctx, &v1.ConfigMap{
@@ -141,6 +142,7 @@ func onTmpfs(t *testing.T, dir string) bool {
 // keys at once; the projected token is bound to the pod and carries the
 // audience and lifetime asked for.
 func TestConfigMapUpdateReachesTheRunningPod(t *testing.T) {
+	t.Parallel()
 	e := setupWith(t, clustertest.Options{}, "--sync-frequency", "3s")
 	cs := e.srv.Admin
 	cm, err := cs.CoreV1().ConfigMaps("default").Create(e.ctx, &v1.ConfigMap{
