@@ -127,6 +127,7 @@ func serveAPI(ctx context.Context, bg *background, l listeners, v apiViews, link
 		Gatherer:   reg,
 		Configz:    configz(cfg),
 		NodeLogDir: nodeLogDir(cfg),
+		Profiling:  cfg.Raw.EnableProfilingHandler != nil && *cfg.Raw.EnableProfilingHandler,
 		Auth:       auth,
 		Logger:     log,
 	}

@@ -298,6 +298,9 @@ func SetDefaults(kc *kubeletv1beta1.KubeletConfiguration, set setFields) {
 	if kc.NodeStatusMaxImages == nil {
 		kc.NodeStatusMaxImages = ptr(int32(50))
 	}
+	if kc.EnableProfilingHandler == nil {
+		kc.EnableProfilingHandler = ptr(true)
+	}
 	if kc.EnableDebuggingHandlers == nil {
 		kc.EnableDebuggingHandlers = ptr(true)
 	}
@@ -381,7 +384,7 @@ var honoured = map[string]bool{
 	"tlsCertFile": true, "tlsPrivateKeyFile": true, "tlsMinVersion": true,
 	"rotateCertificates": true, "serverTLSBootstrap": true, "nodeStatusMaxImages": true,
 	"authentication": true, "authorization": true,
-	"enableDebuggingHandlers": true, "enableSystemLogHandler": true,
+	"enableDebuggingHandlers": true, "enableSystemLogHandler": true, "enableProfilingHandler": true,
 	"staticPodPath": true, "staticPodURL": true, "staticPodURLHeader": true,
 	"fileCheckFrequency": true, "httpCheckFrequency": true, "syncFrequency": true,
 	"containerRuntimeEndpoint": true, "runtimeRequestTimeout": true,

@@ -150,3 +150,26 @@ func TestNodeLogs(t *testing.T) {
 		t.Errorf("/logs/ on the read-only port: %d, want 404", code)
 	}
 }
+
+// Go's profiles are on the full API when enableProfilingHandler is on,
+// never on the read-only port.
+func TestProfilingHandler(t *testing.T) {
+	cfg := configFor(newFake(t))
+	cfg.Profiling = true
+	full := httptest.NewServer(New(cfg).Handler())
+	defer full.Close()
+	if code, body := get(t, full.URL+"/debug/pprof/heap?debug=1"); code != 200 || !strings.Contains(body, "heap profile") {
+		t.Errorf("heap profile: %d %.80q", code, body)
+	}
+	ro := httptest.NewServer(NewReadOnly(cfg).Handler())
+	defer ro.Close()
+	if code, _ := get(t, ro.URL+"/debug/pprof/heap"); code != 404 {
+		t.Errorf("profiles on the read-only port: %d, want 404", code)
+	}
+	cfg.Profiling = false
+	off := httptest.NewServer(New(cfg).Handler())
+	defer off.Close()
+	if code, _ := get(t, off.URL+"/debug/pprof/heap"); code != 404 {
+		t.Errorf("profiles with enableProfilingHandler false: %d, want 404", code)
+	}
+}

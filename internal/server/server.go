@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,6 +47,9 @@ type Config struct {
 	// Gatherer is served on /metrics, its prober_* families also on
 	// /metrics/probes.
 	Gatherer prometheus.Gatherer
+	// Profiling serves Go's profiles under /debug/pprof/
+	// (enableProfilingHandler).
+	Profiling bool
 	// Configz is served on /configz as {"kubeletconfig": Configz}.
 	Configz any
 	// NodeLogDir, when set, is served under /logs/ (the kubelet serves
@@ -90,6 +94,14 @@ func New(cfg Config) *Server {
 	s.routeStreams(mux)
 	if cfg.NodeLogDir != "" {
 		mux.Handle("GET /logs/", http.StripPrefix("/logs/", http.FileServer(http.Dir(cfg.NodeLogDir))))
+	}
+	if cfg.Profiling {
+		// Go's profiles, as the kubelet serves them (nodes/proxy).
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	s.handler = mux
 	if cfg.Auth != nil {
