@@ -36,30 +36,57 @@ import (
 	"github.com/minilet/minilet/test/harness"
 )
 
-func BenchmarkClusterPodStartup(b *testing.B) {
-	requireRootB(b)
-	clustertest.SkipUnlessEnabled(b)
-	n := 100
-	if v, err := strconv.Atoi(os.Getenv("MINILET_CLUSTER_PODS")); err == nil && v > 0 {
-		n = v
-	}
-	srv := clustertest.Start(b, clustertest.Options{})
+// clusterAgent starts an API server (opts) and one minilet joined to it
+// as node <prefix>-<n>, logging at MINILET_BENCH_LOG (default info; its
+// log is kept as saveAgentLog says), and waits until the node registered.
+func clusterAgent(b *testing.B, prefix string, opts clustertest.Options) (*clustertest.Server, *harness.Agent) {
+	b.Helper()
+	srv := clustertest.Start(b, opts)
 	a := harness.New(b)
-	a.NodeName = fmt.Sprintf("bench-%d", time.Now().UnixNano()%1e6)
-	a.ExtraArgs = append(srv.AgentArgs(a.NodeName), "--log-level", "info")
+	a.NodeName = fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%1e6)
+	level := os.Getenv("MINILET_BENCH_LOG")
+	if level == "" {
+		level = "info"
+	}
+	a.ExtraArgs = append(srv.AgentArgs(a.NodeName), "--log-level", level)
 	a.Start()
 	b.Cleanup(func() { saveAgentLog(b, a) })
-	ctx := context.Background()
-	pods := srv.Admin.CoreV1().Pods("default")
 	harness.Eventually(b, "node registered", func() (bool, string) {
-		_, err := srv.Admin.CoreV1().Nodes().Get(ctx, a.NodeName, metav1.GetOptions{})
+		_, err := srv.Admin.CoreV1().Nodes().Get(context.Background(), a.NodeName, metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
-	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.NodeName).String()})
+	return srv, a
+}
+
+// nodePodWatch watches the pods bound to node; it stops with the
+// benchmark.
+func nodePodWatch(b *testing.B, srv *clustertest.Server, node string) watch.Interface {
+	b.Helper()
+	w, err := srv.Admin.CoreV1().Pods("default").Watch(context.Background(),
+		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer w.Stop()
+	b.Cleanup(w.Stop)
+	return w
+}
+
+// envInt is the positive integer in environment variable name, else def.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func BenchmarkClusterPodStartup(b *testing.B) {
+	requireRootB(b)
+	clustertest.SkipUnlessEnabled(b)
+	n := envInt("MINILET_CLUSTER_PODS", 100)
+	srv, a := clusterAgent(b, "bench", clustertest.Options{})
+	ctx := context.Background()
+	pods := srv.Admin.CoreV1().Pods("default")
+	w := nodePodWatch(b, srv, a.NodeName)
 	user := "system:node:" + a.NodeName
 	before := srv.AuditCounts(user)
 	t0 := time.Now()
@@ -167,17 +194,9 @@ func BenchmarkClusterCrashLoopEvents(b *testing.B) {
 	if v, err := time.ParseDuration(os.Getenv("MINILET_CLUSTER_CRASHLOOP")); err == nil && v > 0 {
 		dur = v
 	}
-	srv := clustertest.Start(b, clustertest.Options{})
-	a := harness.New(b)
-	a.NodeName = fmt.Sprintf("crash-%d", time.Now().UnixNano()%1e6)
-	a.ExtraArgs = append(srv.AgentArgs(a.NodeName), "--log-level", "info")
-	a.Start()
+	srv, a := clusterAgent(b, "crash", clustertest.Options{})
 	ctx := context.Background()
 	user := "system:node:" + a.NodeName
-	harness.Eventually(b, "node registered", func() (bool, string) {
-		_, err := srv.Admin.CoreV1().Nodes().Get(ctx, a.NodeName, metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err)
-	})
 	before := srv.AuditCounts(user)
 	b.ResetTimer()
 	_, err := srv.Admin.CoreV1().Pods("default").Create(ctx, &v1.Pod{

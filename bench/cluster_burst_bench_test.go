@@ -21,7 +21,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -49,21 +48,7 @@ const burstTimeout = 5 * time.Minute
 func BenchmarkClusterPodStartupBurst(b *testing.B) {
 	requireRootB(b)
 	clustertest.SkipUnlessEnabled(b)
-	srv := clustertest.Start(b, clustertest.Options{})
-	a := harness.New(b)
-	a.NodeName = fmt.Sprintf("burst-%d", time.Now().UnixNano()%1e6)
-	level := os.Getenv("MINILET_BENCH_LOG")
-	if level == "" {
-		level = "info"
-	}
-	a.ExtraArgs = append(srv.AgentArgs(a.NodeName), "--log-level", level)
-	a.Start()
-	b.Cleanup(func() { saveAgentLog(b, a) })
-	ctx := context.Background()
-	harness.Eventually(b, "node registered", func() (bool, string) {
-		_, err := srv.Admin.CoreV1().Nodes().Get(ctx, a.NodeName, metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err)
-	})
+	srv, a := clusterAgent(b, "burst", clustertest.Options{})
 	for _, n := range []int{30, 110} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 			var lat, started []time.Duration
@@ -89,7 +74,7 @@ func BenchmarkClusterPodStartupBurst(b *testing.B) {
 			}
 			b.ReportMetric(start/runs, "requests/pod-start")
 			b.ReportMetric(stop/runs, "requests/pod-stop")
-			b.Logf("the node's requests so far, by response code: %v", auditCodes(b, a.ExtraArgs, "system:node:"+a.NodeName, 0))
+			b.Logf("the node's requests so far, by response code: %v", srv.AuditCodes("system:node:"+a.NodeName, 0))
 		})
 	}
 }

@@ -23,13 +23,9 @@ package bench
 //     -benchtime 1x -timeout 45m -v ./bench/
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,16 +66,7 @@ func BenchmarkClusterSoak(b *testing.B) {
 		rate = v
 	}
 	clustertest.SkipUnlessEnabled(b)
-	srv := clustertest.Start(b, clustertest.Options{ControlPlane: true})
-	a := harness.New(b)
-	a.NodeName = fmt.Sprintf("soak-%d", time.Now().UnixNano()%1e6)
-	level := os.Getenv("MINILET_BENCH_LOG")
-	if level == "" {
-		level = "info"
-	}
-	a.ExtraArgs = append(srv.AgentArgs(a.NodeName), "--log-level", level)
-	a.Start()
-	b.Cleanup(func() { saveAgentLog(b, a) })
+	srv, a := clusterAgent(b, "soak", clustertest.Options{ControlPlane: true})
 	ctx := context.Background()
 	nodes := srv.Admin.CoreV1().Nodes()
 	leases := srv.Admin.CoordinationV1().Leases("kube-node-lease")
@@ -178,7 +165,7 @@ func BenchmarkClusterSoak(b *testing.B) {
 			}
 		}
 	}
-	refused := auditCodes(b, a.ExtraArgs, "system:node:"+a.NodeName, 400)
+	refused := srv.AuditCodes("system:node:"+a.NodeName, 400)
 
 	b.ReportMetric(mib(idle.rss), "rss-idle-MiB")
 	b.ReportMetric(mib(warm.rss), "rss-start-MiB")
@@ -328,51 +315,6 @@ func agentGoroutines(a *harness.Agent) int {
 		}
 	}
 	return -1
-}
-
-// auditCodes counts user's requests that the API server answered with a
-// code of at least minCode, by verb, resource and code. The audit log lies
-// next to the node's kubeconfig that clustertest wrote (in its server
-// directory); nil if it is not there.
-func auditCodes(b *testing.B, agentArgs []string, user string, minCode int) map[string]int {
-	i := slices.Index(agentArgs, "--kubeconfig")
-	if i < 0 || i+1 >= len(agentArgs) {
-		return nil
-	}
-	f, err := os.Open(filepath.Join(filepath.Dir(agentArgs[i+1]), "audit.log"))
-	if err != nil {
-		b.Logf("audit log: %v", err)
-		return nil
-	}
-	defer func() { _ = f.Close() }()
-	out := map[string]int{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		var ev struct {
-			Stage string `json:"stage"`
-			Verb  string `json:"verb"`
-			User  struct {
-				Username string `json:"username"`
-			} `json:"user"`
-			ObjectRef struct {
-				Resource    string `json:"resource"`
-				Subresource string `json:"subresource"`
-			} `json:"objectRef"`
-			ResponseStatus struct {
-				Code int `json:"code"`
-			} `json:"responseStatus"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != user || ev.Stage != "ResponseComplete" || ev.ResponseStatus.Code < minCode {
-			continue
-		}
-		key := ev.Verb + " " + ev.ObjectRef.Resource
-		if ev.ObjectRef.Subresource != "" {
-			key += "/" + ev.ObjectRef.Subresource
-		}
-		out[fmt.Sprintf("%s %d", key, ev.ResponseStatus.Code)]++
-	}
-	return out
 }
 
 func firstOr(s []string) string {

@@ -17,7 +17,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -26,11 +25,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/minilet/minilet/internal/cluster/clustertest"
-	"github.com/minilet/minilet/test/harness"
 )
 
 const mirrorAnnotation = "kubernetes.io/config.mirror"
@@ -38,27 +35,11 @@ const mirrorAnnotation = "kubernetes.io/config.mirror"
 func BenchmarkClusterMirror(b *testing.B) {
 	requireRootB(b)
 	clustertest.SkipUnlessEnabled(b)
-	n := 20
-	if v, err := strconv.Atoi(os.Getenv("MINILET_MIRROR_N")); err == nil && v > 0 {
-		n = v
-	}
-	srv := clustertest.Start(b, clustertest.Options{})
-	a := harness.New(b)
-	a.NodeName = fmt.Sprintf("mirror-%d", time.Now().UnixNano()%1e6)
-	a.ExtraArgs = append(srv.AgentArgs(a.NodeName), "--log-level", "info")
-	a.Start()
-	b.Cleanup(func() { saveAgentLog(b, a) })
+	n := envInt("MINILET_MIRROR_N", 20)
+	srv, a := clusterAgent(b, "mirror", clustertest.Options{})
 	ctx := context.Background()
 	pods := srv.Admin.CoreV1().Pods("default")
-	harness.Eventually(b, "node registered", func() (bool, string) {
-		_, err := srv.Admin.CoreV1().Nodes().Get(ctx, a.NodeName, metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err)
-	})
-	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", a.NodeName).String()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
+	w := nodePodWatch(b, srv, a.NodeName)
 	name := a.Static("mirrored")
 	manifest := func(rev int) string {
 		return fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: mirrored\n  namespace: default\n  labels: {rev: %q}\n"+

@@ -393,6 +393,18 @@ func (s *Server) writeKubeconfig(name, user string) string {
 // (e.g. "patch pods/status"), from the audit log.
 func (s *Server) AuditCounts(user string) map[string]int {
 	s.t.Helper()
+	return s.audit(user, 0, false)
+}
+
+// AuditCodes counts user's requests answered with a status code of at
+// least minCode, by verb, resource and code (e.g. "delete pods 404").
+func (s *Server) AuditCodes(user string, minCode int) map[string]int {
+	s.t.Helper()
+	return s.audit(user, minCode, true)
+}
+
+func (s *Server) audit(user string, minCode int, byCode bool) map[string]int {
+	s.t.Helper()
 	f, err := os.Open(filepath.Join(s.dir, "audit.log"))
 	check(s.t, err, "audit log")
 	defer func() { _ = f.Close() }()
@@ -410,13 +422,19 @@ func (s *Server) AuditCounts(user string) map[string]int {
 				Resource    string `json:"resource"`
 				Subresource string `json:"subresource"`
 			} `json:"objectRef"`
+			ResponseStatus struct {
+				Code int `json:"code"`
+			} `json:"responseStatus"`
 		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != user || ev.Stage != "ResponseComplete" {
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || ev.User.Username != user || ev.Stage != "ResponseComplete" || ev.ResponseStatus.Code < minCode {
 			continue
 		}
 		key := ev.Verb + " " + ev.ObjectRef.Resource
 		if ev.ObjectRef.Subresource != "" {
 			key += "/" + ev.ObjectRef.Subresource
+		}
+		if byCode {
+			key += " " + strconv.Itoa(ev.ResponseStatus.Code)
 		}
 		out[key]++
 	}
