@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/minilet/minilet/internal/cluster"
 	"github.com/minilet/minilet/internal/cm"
 	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/devicemanager"
@@ -299,13 +300,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	bg.run(relister.Run)
 	probeEvents := make(chan types.UID, 100)
 	bg.run(func(ctx context.Context) { forwardProbeUpdates(ctx, probes.Updates(), probeEvents) })
+	objectEvents := make(chan types.UID, 100)
+	if link != nil {
+		bg.run(func(ctx context.Context) { forwardObjectChanges(ctx, link.cluster.ObjectChanges(), pods, objectEvents) })
+	}
 
 	recorder.Event(nodeRef, v1.EventTypeNormal, "Starting", "Starting kubelet.")
 	log.Info("minilet started", "node", cfg.NodeName, "rootDir", cfg.RootDir, "runtime", runtimeVersion)
 	loopDone := make(chan struct{})
 	go func() {
 		defer close(loopDone)
-		loop.Run(ctx, lifecycle.Inputs{Snapshots: snapshots, Runtime: relister.Events(), Probes: probeEvents, Terminated: terminated})
+		loop.Run(ctx, lifecycle.Inputs{Snapshots: snapshots, Runtime: relister.Events(), Probes: probeEvents, Terminated: terminated, Objects: objectEvents})
 	}()
 	select {
 	case <-ctx.Done():
@@ -320,6 +325,29 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 }
 
 // forwardProbeUpdates turns probe result changes into pod events.
+// forwardObjectChanges turns a changed ConfigMap or Secret into a sync of
+// each pod that reads it, so that its volumes (and a container waiting
+// for a missing key) follow at once rather than at the next periodic sync.
+func forwardObjectChanges(ctx context.Context, changes <-chan cluster.ObjectRef, pods *lifecycle.Pods, out chan<- types.UID) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ref := <-changes:
+			for _, p := range pods.List() {
+				if p.Namespace != ref.Namespace || !volumes.Uses(&p, ref.Kind, ref.Name) {
+					continue
+				}
+				select {
+				case out <- p.UID:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}
+}
+
 func forwardProbeUpdates(ctx context.Context, updates <-chan prober.Update, out chan<- types.UID) {
 	for {
 		select {

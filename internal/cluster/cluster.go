@@ -87,6 +87,7 @@ type Cluster struct {
 	pods    *podSource
 	status  *statusManager
 	evSink  *EventSink
+	objects *objectWatches
 	started atomic.Bool
 
 	stopOnce sync.Once
@@ -143,6 +144,7 @@ func New(cfg Config) (*Cluster, error) {
 	c.pods = newPodSource(c)
 	c.status = newStatusManager(c)
 	c.evSink = &EventSink{client: c.events}
+	c.objects = newObjectWatches(c)
 	return c, nil
 }
 
@@ -198,7 +200,8 @@ func (c *Cluster) Start(ctx context.Context, source NodeSource) error {
 	}
 	c.node.source = source
 	ctx, c.cancel = context.WithCancel(ctx)
-	c.wg.Add(4)
+	c.wg.Add(5)
+	go func() { defer c.wg.Done(); c.objects.run(ctx) }()
 	go func() { defer c.wg.Done(); c.node.runStatus(ctx) }()
 	go func() { defer c.wg.Done(); c.node.runLease(ctx) }()
 	go func() { defer c.wg.Done(); c.pods.run(ctx) }()

@@ -6,6 +6,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -13,6 +14,9 @@ import (
 // authorizer allows exactly those).
 func (c *Cluster) ConfigMap(ctx context.Context, namespace, name string) (*v1.ConfigMap, error) {
 	cm, err := c.client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err == nil || apierrors.IsNotFound(err) {
+		c.objects.read(ObjectRef{Kind: "ConfigMap", Namespace: namespace, Name: name})
+	}
 	if err != nil {
 		return nil, classify(err, "getting configmap "+namespace+"/"+name)
 	}
@@ -22,6 +26,9 @@ func (c *Cluster) ConfigMap(ctx context.Context, namespace, name string) (*v1.Co
 // Secret reads a Secret a pod of this node refers to.
 func (c *Cluster) Secret(ctx context.Context, namespace, name string) (*v1.Secret, error) {
 	s, err := c.client.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err == nil || apierrors.IsNotFound(err) {
+		c.objects.read(ObjectRef{Kind: "Secret", Namespace: namespace, Name: name})
+	}
 	if err != nil {
 		return nil, classify(err, "getting secret "+namespace+"/"+name)
 	}

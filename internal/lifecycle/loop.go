@@ -111,6 +111,7 @@ type Inputs struct {
 	Runtime    <-chan pleg.Event // a container started or died
 	Probes     <-chan types.UID  // a probe result changed
 	Terminated <-chan types.UID  // a pod's worker finished terminating it
+	Objects    <-chan types.UID  // a ConfigMap or Secret the pod reads changed
 }
 
 // housekeepingPeriod is how often the loop forgets finished pods, stops
@@ -130,6 +131,8 @@ func (l *Loop) Run(ctx context.Context, in Inputs) {
 		case e := <-in.Runtime:
 			l.HandleEvent(e.PodUID)
 		case uid := <-in.Probes:
+			l.HandleEvent(uid)
+		case uid := <-in.Objects:
 			l.HandleEvent(uid)
 		case uid := <-in.Terminated:
 			l.HandleTerminated(ctx, uid)

@@ -332,3 +332,24 @@ func TestCleanupOrphans(t *testing.T) {
 		t.Errorf("an orphan's volumes are still there: %v", err)
 	}
 }
+
+func TestUses(t *testing.T) {
+	pod := testPod(
+		v1.Volume{Name: "a", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "cm-vol"}}}},
+		v1.Volume{Name: "b", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+			{Secret: &v1.SecretProjection{LocalObjectReference: v1.LocalObjectReference{Name: "sec-proj"}}},
+		}}}},
+	)
+	pod.Spec.Containers[0].Env = []v1.EnvVar{{Name: "X", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "cm-env"}, Key: "k"}}}}
+	for _, tc := range []struct {
+		kind, name string
+		want       bool
+	}{
+		{"ConfigMap", "cm-vol", true}, {"Secret", "sec-proj", true}, {"ConfigMap", "cm-env", true},
+		{"Secret", "cm-vol", false}, {"ConfigMap", "sec-proj", false}, {"ConfigMap", "other", false},
+	} {
+		if got := Uses(pod, tc.kind, tc.name); got != tc.want {
+			t.Errorf("Uses(%s %s) = %v, want %v", tc.kind, tc.name, got, tc.want)
+		}
+	}
+}
