@@ -116,6 +116,9 @@ func NewClient(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !initial.bootstrap && !cfg.Rotate {
+		return &Client{REST: initial.rest, log: log}, nil // --kubeconfig works as it is
+	}
 	certFile, keyFile := initial.CertFile, initial.KeyFile
 	if initial.bootstrap {
 		certFile, keyFile = "", ""
