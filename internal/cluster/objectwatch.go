@@ -34,8 +34,9 @@ type objectWatches struct {
 	changes chan ObjectRef
 
 	mu     sync.Mutex
-	ctx    context.Context // the cluster's, once started
+	ctx    context.Context // the cluster's while it runs; nil before and after
 	active map[ObjectRef]*objectWatch
+	wg     sync.WaitGroup // the watches' goroutines
 }
 
 type objectWatch struct {
@@ -61,6 +62,10 @@ func (w *objectWatches) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			w.mu.Lock()
+			w.ctx = nil // no watch starts from now on
+			w.mu.Unlock()
+			w.wg.Wait()
 			return
 		case <-tick.C():
 			w.expire(w.c.clock.Now())
@@ -92,7 +97,8 @@ func (w *objectWatches) read(ref ObjectRef) {
 	}
 	ctx, cancel := context.WithCancel(w.ctx)
 	w.active[ref] = &objectWatch{cancel: cancel, lastRead: w.c.clock.Now()}
-	go w.watch(ctx, ref)
+	w.wg.Add(1)
+	go func() { defer w.wg.Done(); w.watch(ctx, ref) }()
 }
 
 // watch runs an informer on the one object and reports its updates and
