@@ -68,12 +68,26 @@ func TestTLSBootstrapFromATokenToRotatedCertificates(t *testing.T) {
 			t.Errorf("--kubeconfig names %q / %q, want %s", ai.ClientCertificate, ai.ClientKey, pair)
 		}
 	}
-	for _, f := range []string{kubeconfig, pair} {
-		if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o600 {
-			t.Errorf("%s: mode %v, %v; want 0600", f, st.Mode().Perm(), err)
-		}
+	if st, err := os.Stat(kubeconfig); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("%s: %v, %v; want mode 0600", kubeconfig, st, err)
 	}
-	first := leaf(t, pair)
+	var first *x509.Certificate
+	harness.Eventually(t, "the client certificate readable", func() (bool, string) {
+		// Read through the link the store may be swapping (see below).
+		st, err := os.Stat(pair)
+		if err != nil {
+			return false, err.Error()
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", pair, st.Mode().Perm())
+		}
+		p, err := tls.LoadX509KeyPair(pair, pair)
+		if err != nil {
+			return false, err.Error()
+		}
+		first = p.Leaf
+		return true, ""
+	})
 	if first.Subject.CommonName != user || strings.Join(first.Subject.Organization, ",") != "system:nodes" {
 		t.Errorf("client certificate for %v, want CN %s O system:nodes", first.Subject, user)
 	}
@@ -104,8 +118,13 @@ func TestTLSBootstrapFromATokenToRotatedCertificates(t *testing.T) {
 	// heartbeats after the first certificate expired.
 	harness.EventuallyWithin(t, 3*time.Minute, "the client certificate renewed by the node itself", func() (bool, string) {
 		renewals := csrs(certificatesv1.KubeAPIServerClientKubeletSignerName, user)
-		cur := leaf(t, pair)
-		return len(renewals) > 0 && !cur.Equal(first), fmt.Sprintf("%d renewal CSRs; current certificate serial %s (first %s)", len(renewals), cur.SerialNumber, first.SerialNumber)
+		// client-go's store swaps the -current.pem link by removing it
+		// and linking again: between the two there is no file to read.
+		cur, err := tls.LoadX509KeyPair(pair, pair)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(renewals) > 0 && !cur.Leaf.Equal(first), fmt.Sprintf("%d renewal CSRs; current certificate serial %s (first %s)", len(renewals), cur.Leaf.SerialNumber, first.SerialNumber)
 	})
 	harness.EventuallyWithin(t, 3*time.Minute, "the node's lease renewed after its first certificate expired", func() (bool, string) {
 		l, err := srv.Admin.CoordinationV1().Leases("kube-node-lease").Get(ctx, a.NodeName, metav1.GetOptions{})
@@ -162,15 +181,6 @@ func TestTLSBootstrapFromATokenToRotatedCertificates(t *testing.T) {
 		t.Fatalf("the local client after the serving certificate changed: %v", err)
 	}
 	_ = resp.Body.Close()
-}
-
-func leaf(t *testing.T, pemFile string) *x509.Certificate {
-	t.Helper()
-	pair, err := tls.LoadX509KeyPair(pemFile, pemFile)
-	if err != nil {
-		t.Fatalf("%s: %v", pemFile, err)
-	}
-	return pair.Leaf
 }
 
 func approved(c certificatesv1.CertificateSigningRequest) bool {
