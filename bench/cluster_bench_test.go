@@ -99,7 +99,7 @@ func BenchmarkClusterPodStartup(b *testing.B) {
 		_, err := pods.Create(ctx, &v1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: v1.PodSpec{
-				NodeName: a.NodeName, AutomountServiceAccountToken: ptr.To(false),
+				NodeName:                      a.NodeName,
 				TerminationGracePeriodSeconds: ptr.To[int64](5),
 				Containers:                    []v1.Container{{Name: "c", Image: "host", Command: []string{"sleep", "1000"}}},
 			},
@@ -202,7 +202,7 @@ func BenchmarkClusterCrashLoopEvents(b *testing.B) {
 	_, err := srv.Admin.CoreV1().Pods("default").Create(ctx, &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "crasher"},
 		Spec: v1.PodSpec{
-			NodeName: a.NodeName, AutomountServiceAccountToken: ptr.To(false),
+			NodeName:   a.NodeName,
 			Containers: []v1.Container{{Name: "c", Image: "host", Command: []string{"sh", "-c", "exit 1"}}},
 		},
 	}, metav1.CreateOptions{})

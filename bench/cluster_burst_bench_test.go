@@ -205,7 +205,7 @@ func burstPod(name, node, tag string) *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": tag}},
 		Spec: v1.PodSpec{
-			NodeName: node, AutomountServiceAccountToken: ptr.To(false),
+			NodeName:                      node,
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			Containers:                    []v1.Container{{Name: "c", Image: "host", Command: []string{"sleep", "1000"}}},
 		},

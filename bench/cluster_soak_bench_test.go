@@ -226,7 +226,6 @@ func churn(ctx context.Context, b *testing.B, pods podClient, rate int, st *chur
 		_, err := pods.Create(ctx, &v1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"bench": "soak"}},
 			Spec: v1.PodSpec{
-				AutomountServiceAccountToken:  ptr.To(false),
 				TerminationGracePeriodSeconds: ptr.To[int64](5),
 				Containers:                    []v1.Container{{Name: "c", Image: "host", Command: []string{"sleep", "1000"}}},
 			},

@@ -96,8 +96,8 @@ func BenchmarkClusterConfigMapUpdate(b *testing.B) {
 	p, err := srv.Admin.CoreV1().Pods("default").Create(ctx, &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "reader"},
 		Spec: v1.PodSpec{
-			NodeName: a.NodeName, AutomountServiceAccountToken: ptr.To(false),
-			Volumes: []v1.Volume{{Name: "live", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "live"}}}}},
+			NodeName: a.NodeName,
+			Volumes:  []v1.Volume{{Name: "live", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "live"}}}}},
 			Containers: []v1.Container{{Name: "c", Image: "host", Command: []string{"sleep", "1000"},
 				VolumeMounts: []v1.VolumeMount{{Name: "live", MountPath: "/etc/live"}}}},
 		},

@@ -73,7 +73,6 @@ func (e *env) pod(name string, cmd ...string) *v1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: v1.PodSpec{
 			NodeName:                      e.a.NodeName,
-			AutomountServiceAccountToken:  ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](30),
 			Containers:                    []v1.Container{{Name: "main", Image: "host", Command: cmd}},
 		},
@@ -245,7 +244,7 @@ func TestPodsKeepRunningWhileAPIServerIsDownAndStatusCatchesUp(t *testing.T) {
 	e.create(&v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "once", Namespace: "default"},
 		Spec: v1.PodSpec{
-			NodeName: e.a.NodeName, RestartPolicy: v1.RestartPolicyNever, AutomountServiceAccountToken: ptr.To(false),
+			NodeName: e.a.NodeName, RestartPolicy: v1.RestartPolicyNever,
 			Containers: []v1.Container{{Name: "main", Image: "host", Command: []string{"sh", "-c", "while [ ! -e " + goFile + " ]; do sleep 0.1; done"}}},
 		},
 	})

@@ -69,7 +69,6 @@ func TestPodRejectedForCPUIsReplacedOnAnotherNode(t *testing.T) {
 			Template: v1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: v1.PodSpec{
-					AutomountServiceAccountToken:  ptr.To(false),
 					TerminationGracePeriodSeconds: ptr.To[int64](5),
 					Containers: []v1.Container{{
 						Name: "main", Image: "host", Command: []string{"sleep", "1000"},
