@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -104,36 +103,15 @@ func (w *objectWatches) read(ref ObjectRef) {
 // watch runs an informer on the one object and reports its updates and
 // its deletion (not its first listing).
 func (w *objectWatches) watch(ctx context.Context, ref ObjectRef) {
-	sel := fields.OneTermEqualSelector("metadata.name", ref.Name).String()
-	var obj runtime.Object
-	var lw cache.ListerWatcher
-	core := w.c.watch.CoreV1()
-	switch ref.Kind {
-	case "ConfigMap":
-		obj = &v1.ConfigMap{}
-		lw = &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
-				return core.ConfigMaps(ref.Namespace).List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return core.ConfigMaps(ref.Namespace).Watch(ctx, o)
-			},
-		}
-	default:
-		obj = &v1.Secret{}
-		lw = &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = sel
-				return core.Secrets(ref.Namespace).List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = sel
-				return core.Secrets(ref.Namespace).Watch(ctx, o)
-			},
-		}
+	byName := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", ref.Name).String()
 	}
+	var obj runtime.Object = &v1.Secret{}
+	resource := "secrets"
+	if ref.Kind == "ConfigMap" {
+		obj, resource = &v1.ConfigMap{}, "configmaps"
+	}
+	lw := cache.NewFilteredListWatchFromClient(w.c.watch.CoreV1().RESTClient(), resource, ref.Namespace, byName)
 	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
 	report := func() {
 		select {
