@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/minilet/minilet/internal/cluster/clustertest"
 	"github.com/minilet/minilet/test/harness"
@@ -114,23 +115,29 @@ func TestNodeStatusStaysFreshUnderTheControlPlane(t *testing.T) {
 	})
 
 	adminTaint := v1.Taint{Key: "example.com/maintenance", Effect: v1.TaintEffectNoSchedule}
+	// The admin retries on a conflict, as kubectl taint does: the agent's
+	// status patches and the controller-manager change the Node meanwhile.
 	setTaint := func(on bool) {
 		t.Helper()
-		n, err := nodes.Get(ctx, a.NodeName, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var taints []v1.Taint
-		for _, tt := range n.Spec.Taints {
-			if tt.Key != adminTaint.Key {
-				taints = append(taints, tt)
+		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+			n, err := nodes.Get(ctx, a.NodeName, metav1.GetOptions{})
+			if err != nil {
+				return err
 			}
-		}
-		if on {
-			taints = append(taints, adminTaint)
-		}
-		n.Spec.Taints = taints
-		if _, err := nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			var taints []v1.Taint
+			for _, tt := range n.Spec.Taints {
+				if tt.Key != adminTaint.Key {
+					taints = append(taints, tt)
+				}
+			}
+			if on {
+				taints = append(taints, adminTaint)
+			}
+			n.Spec.Taints = taints
+			_, err = nodes.Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
 			t.Fatalf("admin taint %v: %v", on, err)
 		}
 	}
