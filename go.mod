@@ -3,6 +3,7 @@ module github.com/minilet/minilet
 go 1.26.8
 
 require (
+	github.com/containernetworking/cni v1.3.0
 	github.com/creack/pty v1.1.24
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-logr/logr v1.4.4

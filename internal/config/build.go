@@ -34,6 +34,11 @@ func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.
 		PinnedImages:                o.PinnedImages,
 		ImageGCPeriod:               o.ImageGCPeriod,
 		DevicePluginDir:             o.DevicePluginDir,
+		ClusterDNS:                  kc.ClusterDNS,
+		ClusterDomain:               kc.ClusterDomain,
+		CNIConfDir:                  o.CNIConfDir,
+		CNIBinDirs:                  splitList(o.CNIBinDir),
+		CNICacheDir:                 o.CNICacheDir,
 		Kubeconfig:                  o.Kubeconfig,
 		ObjectManifestPath:          o.ObjectManifestPath,
 		BootstrapKubeconfig:         o.BootstrapKubeconfig,
@@ -242,6 +247,16 @@ func buildIdentity(c *Config, kc *kubeletv1beta1.KubeletConfiguration, o *Option
 	} else if !strings.HasPrefix(c.CertDir, "/") {
 		errs = append(errs, field.Invalid(field.NewPath("--"+FlagCertDir), c.CertDir, "must be an absolute path"))
 	}
+	errs = append(errs, validateCNI(c)...)
+	c.ResolvConf = "/etc/resolv.conf" // the kubelet's default
+	if kc.ResolverConfig != nil {
+		c.ResolvConf = *kc.ResolverConfig
+	}
+	for i, ip := range c.ClusterDNS {
+		if net.ParseIP(ip) == nil {
+			errs = append(errs, field.Invalid(field.NewPath("clusterDNS").Index(i), ip, "must be an IP address"))
+		}
+	}
 	c.NodeStatusMaxImages = int(*kc.NodeStatusMaxImages)
 	if c.NodeStatusMaxImages < -1 {
 		errs = append(errs, field.Invalid(field.NewPath("nodeStatusMaxImages"), c.NodeStatusMaxImages, "must be -1 (no limit) or greater"))
@@ -327,4 +342,37 @@ func parseLogLevel(s string, verbosity int) (slog.Level, error) {
 		return slog.LevelError, nil
 	}
 	return slog.LevelInfo, fmt.Errorf("unknown log level %q", s)
+}
+
+// validateCNI checks the pod network paths and defaults the cache dir.
+func validateCNI(c *Config) field.ErrorList {
+	var errs field.ErrorList
+	if !strings.HasPrefix(c.CNIConfDir, "/") {
+		errs = append(errs, field.Invalid(field.NewPath("--"+FlagCNIConfDir), c.CNIConfDir, "must be an absolute path"))
+	}
+	if len(c.CNIBinDirs) == 0 {
+		errs = append(errs, field.Required(field.NewPath("--"+FlagCNIBinDir), "at least one directory of CNI plugins"))
+	}
+	for _, d := range c.CNIBinDirs {
+		if !strings.HasPrefix(d, "/") {
+			errs = append(errs, field.Invalid(field.NewPath("--"+FlagCNIBinDir), d, "must be absolute paths"))
+		}
+	}
+	if c.CNICacheDir == "" {
+		c.CNICacheDir = filepath.Join(c.RootDir, "cni", "cache")
+	} else if !strings.HasPrefix(c.CNICacheDir, "/") {
+		errs = append(errs, field.Invalid(field.NewPath("--"+FlagCNICacheDir), c.CNICacheDir, "must be an absolute path"))
+	}
+	return errs
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

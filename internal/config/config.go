@@ -53,6 +53,14 @@ type Config struct {
 	ContainerRuntimeEndpoint string        // "" = the embedded runtime
 	ImageServiceEndpoint     string        // "" = same as the runtime
 	RuntimeRequestTimeout    time.Duration // default 2m
+	// Pod DNS.
+	ClusterDNS    []string // clusterDNS / --cluster-dns; default none (ClusterFirst pods fall back to Default)
+	ClusterDomain string   // clusterDomain / --cluster-domain; default ""
+	ResolvConf    string   // resolvConf / --resolv-conf; default /etc/resolv.conf
+	// Pod networking of the embedded runtime (CNI).
+	CNIConfDir  string   // --cni-conf-dir; default /etc/cni/net.d
+	CNIBinDirs  []string // --cni-bin-dir; default /opt/cni/bin, /usr/lib/cni
+	CNICacheDir string   // --cni-cache-dir; default <root-dir>/cni/cache
 
 	// The kubelet API.
 	Address           net.IP // address / --address; default 127.0.0.1 standalone, 0.0.0.0 in cluster mode

@@ -25,6 +25,9 @@ type Options struct {
 	Verbosity           int
 	PinnedImages        []string      // --pinned-image: never garbage-collected
 	ImageGCPeriod       time.Duration // --image-gc-period
+	CNIConfDir          string        // --cni-conf-dir
+	CNIBinDir           string        // --cni-bin-dir, comma-separated
+	CNICacheDir         string        // --cni-cache-dir
 
 	// Flags backed by a KubeletConfiguration field (name in brackets).
 	PodManifestPath          string            // staticPodPath
@@ -55,6 +58,9 @@ type Options struct {
 	SyncFrequency            time.Duration     // syncFrequency
 	PodMaxPids               int64             // podPidsLimit
 	SerializeImagePulls      bool              // serializeImagePulls
+	ClusterDNS               []string          // clusterDNS
+	ClusterDomain            string            // clusterDomain
+	ResolvConf               string            // resolvConf
 }
 
 // Flag names, as the kubelet spells them.
@@ -98,6 +104,12 @@ const (
 	FlagSerializeImagePulls      = "serialize-image-pulls"
 	FlagLogLevel                 = "log-level"
 	FlagVerbosity                = "v"
+	FlagClusterDNS               = "cluster-dns"
+	FlagClusterDomain            = "cluster-domain"
+	FlagResolvConf               = "resolv-conf"
+	FlagCNIConfDir               = "cni-conf-dir"
+	FlagCNIBinDir                = "cni-bin-dir"
+	FlagCNICacheDir              = "cni-cache-dir"
 )
 
 // Defaults of minilet-only settings and of those that differ from the kubelet.
@@ -111,6 +123,11 @@ const (
 	// DefaultCgroupRoot keeps minilet's cgroups apart from a kubelet's or
 	// systemd's on the same machine (the kubelet's default is "/").
 	DefaultCgroupRoot = "/minilet"
+	// DefaultCNIConfDir and DefaultCNIBinDir are where containerd and the
+	// kubelet of old look; Debian's containernetworking-plugins install
+	// into /usr/lib/cni.
+	DefaultCNIConfDir = "/etc/cni/net.d"
+	DefaultCNIBinDir  = "/opt/cni/bin,/usr/lib/cni"
 )
 
 // AddFlags registers the kubelet-named flags on fs, writing into o. Flag
@@ -156,6 +173,12 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.LogLevel, FlagLogLevel, "", "log level: debug, info, warn or error (default info)")
 	fs.StringArrayVar(&o.PinnedImages, "pinned-image", nil, "image that image garbage collection never removes (repeatable)")
 	fs.DurationVar(&o.ImageGCPeriod, "image-gc-period", 5*time.Minute, "how often image garbage collection runs")
+	fs.StringSliceVar(&o.ClusterDNS, FlagClusterDNS, nil, "comma-separated DNS server IPs for pods with dnsPolicy ClusterFirst")
+	fs.StringVar(&o.ClusterDomain, FlagClusterDomain, "", "the cluster's DNS domain (e.g. cluster.local): pods get its search domains")
+	fs.StringVar(&o.ResolvConf, FlagResolvConf, "/etc/resolv.conf", "resolver configuration that pods with dnsPolicy Default copy; \"\" for none")
+	fs.StringVar(&o.CNIConfDir, FlagCNIConfDir, DefaultCNIConfDir, "directory of CNI network configurations for pods off the host network (embedded runtime); the first one is used, and a default bridge network is written when there is none")
+	fs.StringVar(&o.CNIBinDir, FlagCNIBinDir, DefaultCNIBinDir, "comma-separated directories searched for CNI plugins (scripts/cni-plugins.sh builds the reference ones)")
+	fs.StringVar(&o.CNICacheDir, FlagCNICacheDir, "", "directory of CNI attachment records; default <root-dir>/cni/cache")
 	fs.IntVar(&o.Verbosity, FlagVerbosity, 0, "klog-style verbosity; 4 or more means --log-level=debug")
 }
 

@@ -154,6 +154,15 @@ func applyFlags(kc *kubeletv1beta1.KubeletConfiguration, o *Options, changed fun
 	if changed(FlagCgroupRoot) {
 		kc.CgroupRoot = o.CgroupRoot
 	}
+	if changed(FlagClusterDNS) {
+		kc.ClusterDNS = o.ClusterDNS
+	}
+	if changed(FlagClusterDomain) {
+		kc.ClusterDomain = o.ClusterDomain
+	}
+	if changed(FlagResolvConf) {
+		kc.ResolverConfig = ptr(o.ResolvConf)
+	}
 	if changed(FlagCgroupsPerQOS) {
 		kc.CgroupsPerQOS = ptr(o.CgroupsPerQOS)
 	}

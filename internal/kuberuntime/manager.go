@@ -101,6 +101,17 @@ type Config struct {
 	// (a standalone agent).
 	Objects volumes.Objects
 
+	// ClusterDNS are the cluster's DNS servers for dnsPolicy ClusterFirst
+	// (clusterDNS); none: such pods fall back to Default, with the
+	// kubelet's MissingClusterDNS event.
+	ClusterDNS []string
+	// ClusterDomain is the cluster's DNS domain (clusterDomain), e.g.
+	// cluster.local; "" adds no cluster search domains.
+	ClusterDomain string
+	// ResolvConf is the node's resolv.conf that dnsPolicy Default copies
+	// (resolvConf); "" gives such pods no name servers.
+	ResolvConf string
+
 	// Optional hooks; nil means none.
 	PodCgroups       PodCgroups
 	ContainerOptions ContainerOptions

@@ -49,6 +49,7 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) *runtimeapi.PodSand
 		LogDirectory: m.podLogDir(pod.Namespace, pod.Name, string(pod.UID)),
 		Labels:       sandboxLabels(pod),
 		Annotations:  maps.Clone(pod.Annotations),
+		DnsConfig:    m.dnsConfig(pod),
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns},
 		},
@@ -163,6 +164,13 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	}
 	if tm := m.terminationMessageMount(pod, c); tm != nil {
 		mounts = append(mounts, tm)
+	}
+	hosts, err := m.hostsMount(pod, c, podIP)
+	if err != nil {
+		return nil, err
+	}
+	if hosts != nil {
+		mounts = append(mounts, hosts)
 	}
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},

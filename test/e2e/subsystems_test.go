@@ -94,12 +94,14 @@ spec:
   containers:
   - name: web
     image: host
-    command: ["python3", "-m", "http.server", "%d", "--bind", "127.0.0.1", "--directory", "%s"]
+    command: ["python3", "-m", "http.server", "%d", "--directory", "%s"]
     readinessProbe:
-      httpGet: {host: 127.0.0.1, port: %d, path: /ready}
+      httpGet: {port: %d, path: /ready}
       periodSeconds: 1
       failureThreshold: 1
 `, port, dir, port))
+	// The probe reaches the server at the pod's IP, in its own network
+	// namespace.
 	name := a.Static("ready")
 	ready := func(want bool) func() (bool, string) {
 		return func() (bool, string) {

@@ -24,6 +24,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/minilet/minilet/internal/cri/embedded/podnet/podnettest"
 	"github.com/minilet/minilet/internal/cri/remote"
 	"github.com/minilet/minilet/internal/pki"
 )
@@ -81,6 +82,7 @@ type Agent struct {
 	ManifestDir string
 	CgroupRoot  string
 	PluginDir   string
+	CNIConfDir  string
 	NodeName    string
 	ExtraArgs   []string
 	Addr        string // https://host:port once started
@@ -108,6 +110,7 @@ func New(t testing.TB) *Agent {
 		RootDir:     filepath.Join(base, "root"),
 		ManifestDir: filepath.Join(base, "manifests"),
 		PluginDir:   filepath.Join(base, "dp"),
+		CNIConfDir:  filepath.Join(base, "cni"),
 		CgroupRoot:  "/minilet-" + marker,
 		NodeName:    "node-" + fmt.Sprint(os.Getpid()%10000),
 	}
@@ -162,6 +165,11 @@ func (a *Agent) Start() {
 		"--device-plugin-dir", a.PluginDir,
 		"--hostname-override", a.NodeName,
 		"--log-level", "debug",
+		// Pods off the host network are attached with the reference CNI
+		// plugins; each agent writes the default network into its own
+		// conf dir (the IP pool behind it is host-wide).
+		"--cni-bin-dir", podnettest.BinDir(a.t),
+		"--cni-conf-dir", a.CNIConfDir,
 	}
 	args = append(args, a.ExtraArgs...)
 	a.logs = &bytes.Buffer{}

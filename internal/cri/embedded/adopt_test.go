@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minilet/minilet/internal/cri/embedded/podnet/podnettest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -23,7 +24,8 @@ const helperMonitorEnv = "MINILET_EMBEDDED_TEST_AGENT_MONITOR"
 // file, prints "<sandbox> <container>", and exits without Close, like an
 // agent that crashed.
 func runHelperAgent(root string) int {
-	r, err := New(Config{RootDir: root, MonitorPath: os.Getenv(helperMonitorEnv)})
+	r, err := New(Config{RootDir: root, MonitorPath: os.Getenv(helperMonitorEnv),
+		CNIConfDir: filepath.Join(root, "cni"), CNIBinDirs: []string{os.Getenv("CNI_BIN_DIR")}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -66,7 +68,8 @@ func testAdopt(t *testing.T, helperMonitor, adopterMonitor string) {
 	// Whatever happens below, the helper's container must end.
 	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(root, "release"), nil, 0o644) })
 	helper := exec.Command("/proc/self/exe")
-	helper.Env = append(os.Environ(), helperAgentEnv+"="+root, "CGROUP_PARENT="+parent, helperMonitorEnv+"="+helperMonitor)
+	helper.Env = append(os.Environ(), helperAgentEnv+"="+root, "CGROUP_PARENT="+parent, helperMonitorEnv+"="+helperMonitor,
+		"CNI_BIN_DIR="+podnettest.BinDir(t))
 	out, err := helper.Output()
 	if err != nil {
 		t.Fatalf("helper agent: %v\n%s", err, out)

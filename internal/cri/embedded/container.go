@@ -7,8 +7,10 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/minilet/minilet/internal/cri/embedded/layerfs"
+	"github.com/minilet/minilet/internal/cri/embedded/monitorproc"
 	"github.com/minilet/minilet/internal/cri/embedded/spec"
 	"github.com/minilet/minilet/internal/cri/embedded/supervisor"
 	"github.com/minilet/minilet/internal/errdefs"
@@ -74,6 +76,16 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	if rec.WorkingDir == "" {
 		rec.WorkingDir = "/"
 	}
+	rec.Pod = monitorproc.PodNamespaces{Join: maps.Clone(sb.Namespaces), HostPID: sb.HostPID, HeldUnder: filepath.Join(r.stateDir, "netns")}
+	if files := podFileMounts(&sb, config); rec.Rootfs == nil {
+		delete(rec.Pod.Join, "pid") // host-image containers keep the host's
+		proc.Mounts = append(proc.Mounts, files...)
+	} else {
+		rec.Rootfs.Mounts = append(rec.Rootfs.Mounts, files...)
+	}
+	if sb.Hostname != "" {
+		rec.Env = withHostname(rec.Env, config.GetEnvs(), sb.Hostname)
+	}
 	if sb.LogDirectory != "" && rec.LogPath != "" {
 		rec.LogFile = filepath.Join(sb.LogDirectory, rec.LogPath)
 	}
@@ -85,6 +97,23 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 		return "", criErr(fmt.Errorf("CreateContainer %q: %w", name, err))
 	}
 	return id, nil
+}
+
+// withHostname sets HOSTNAME in env to the pod's hostname, as other
+// runtimes do, unless the container's config sets it.
+func withHostname(env []string, own []*runtimeapi.KeyValue, hostname string) []string {
+	for _, kv := range own {
+		if kv.GetKey() == "HOSTNAME" {
+			return env
+		}
+	}
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "HOSTNAME=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, "HOSTNAME="+hostname)
 }
 
 // logHostLimits tells what a host-image container does not get of its

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"github.com/minilet/minilet/internal/cri/embedded/podnet/podnettest"
 	"io"
 	"log/slog"
 	"os"
@@ -53,6 +54,9 @@ func newTestRuntime(tb testing.TB, root string) *Runtime {
 func newTestRuntimeWith(tb testing.TB, cfg Config) *Runtime {
 	tb.Helper()
 	cfg.Logger = testLogger(tb)
+	if cfg.CNIConfDir == "" {
+		cfg.CNIConfDir, cfg.CNIBinDirs = tb.TempDir(), []string{podnettest.BinDir(tb)}
+	}
 	r, err := New(cfg)
 	if err != nil {
 		tb.Fatalf("New: %v", err)

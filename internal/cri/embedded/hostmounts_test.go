@@ -202,12 +202,12 @@ func TestHostImageContainerMounts(t *testing.T) {
 	})
 }
 
-// A host-image container without mounts stays in the host's mount
-// namespace, and so do its execs.
+// A host-image container without mounts in a pod on the host's
+// namespaces stays in the host's mount namespace, and so do its execs.
 func TestHostImageContainerWithoutMountsSharesHostNamespace(t *testing.T) {
 	requireRoot(t)
 	r := newTestRuntime(t, t.TempDir())
-	sb, _ := testSandbox(t, r)
+	sb, _ := testSandboxWith(t, r, hostNamespaces)
 	id := startContainer(t, r, sb, hostContainer("c", "sleep", "1000"))
 	c, err := r.ctrs.Get(id)
 	if err != nil {

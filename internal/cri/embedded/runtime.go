@@ -2,7 +2,8 @@
 // implements the CRI Go interfaces (k8s.io/cri-api/pkg/apis RuntimeService
 // and ImageManagerService) over the runtime's parts, each a package:
 //
-//   - sandbox: the pod sandboxes' records (pods share the host network).
+//   - sandbox: the pod sandboxes' records; podns holds each pod's network,
+//     UTS and IPC namespaces, podnet attaches the network one through CNI.
 //   - supervisor: containers as host processes, each under a small monitor
 //     process (package monitorproc, run by the cmd/minilet-monitor binary
 //     or a re-exec of the agent, see Config.MonitorPath and
@@ -31,6 +32,7 @@ import (
 
 	"github.com/minilet/minilet/internal/cm/cgroups"
 	"github.com/minilet/minilet/internal/cri/embedded/imagestore"
+	"github.com/minilet/minilet/internal/cri/embedded/podnet"
 	"github.com/minilet/minilet/internal/cri/embedded/sandbox"
 	"github.com/minilet/minilet/internal/cri/embedded/supervisor"
 	"github.com/minilet/minilet/internal/nodeaddr"
@@ -67,6 +69,15 @@ type Config struct {
 	// NodeIP is the node's IP, given to host-network sandboxes. Default:
 	// what nodeaddr detects.
 	NodeIP string
+	// CNIConfDir holds the CNI network configuration pods are attached
+	// with (the default bridge network is written there when it has
+	// none). Empty: only pods on the host's network can run.
+	CNIConfDir string
+	// CNIBinDirs are searched for CNI plugins. Required with CNIConfDir.
+	CNIBinDirs []string
+	// CNICacheDir keeps libcni's attachment records. Default:
+	// RootDir/cni/cache.
+	CNICacheDir string
 }
 
 // defaultCgroupParent is used for containers whose sandbox has no cgroup
@@ -81,6 +92,8 @@ type Runtime struct {
 	stateDir  string
 	cg        cgroups.Driver
 	nodeIP    string
+	monitor   string          // the program monitors and pauses run from
+	net       *podnet.Network // nil: no pod networking configured
 	sandboxes *sandbox.Store
 	ctrs      *supervisor.Supervisor
 	images    *imagestore.Store
@@ -132,12 +145,22 @@ func New(cfg Config) (*Runtime, error) {
 		stateDir: filepath.Join(cfg.RootDir, "runtime"),
 		cg:       cg,
 		nodeIP:   cfg.NodeIP,
+		monitor:  monitor,
 		keychain: imagestore.DockerConfigKeychain{Files: cfg.DockerConfigFiles},
 		pinned:   imagestore.NewPins(cfg.PinnedImages, isHostImage),
+	}
+	if cfg.CNIConfDir != "" {
+		if cfg.CNICacheDir == "" {
+			cfg.CNICacheDir = filepath.Join(cfg.RootDir, "cni", "cache")
+		}
+		if r.net, err = podnet.New(podnet.Config{ConfDir: cfg.CNIConfDir, BinDirs: cfg.CNIBinDirs, CacheDir: cfg.CNICacheDir, Logger: cfg.Logger}); err != nil {
+			return nil, errInvalid("embedded runtime config: %v", err)
+		}
 	}
 	if r.sandboxes, err = sandbox.Open(r.log, filepath.Join(r.stateDir, "sandboxes")); err != nil {
 		return nil, err
 	}
+	r.removeOrphanNamespaces(context.Background())
 	if r.images, err = imagestore.Open(r.log, cfg.ImageDir); err != nil {
 		return nil, err
 	}

@@ -23,7 +23,20 @@ var sandboxSeq atomic.Int64
 
 // testSandbox runs a sandbox with a unique cgroup parent and log dir; the
 // sandbox, its containers and the cgroup parent go away with the test.
+// testSandbox runs a sandbox with the namespaces the kubelet asks for by
+// default: the pod's network and IPC, a PID namespace per container.
 func testSandbox(tb testing.TB, r *Runtime) (string, *runtimeapi.PodSandboxConfig) {
+	tb.Helper()
+	return testSandboxWith(tb, r, &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_POD, Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_POD})
+}
+
+// hostNamespaces are the namespace options of a hostNetwork, hostPID,
+// hostIPC pod.
+var hostNamespaces = &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_NODE, Ipc: runtimeapi.NamespaceMode_NODE}
+
+// testSandboxWith runs a sandbox with the namespace options ns, removed
+// when the test ends.
+func testSandboxWith(tb testing.TB, r *Runtime, ns *runtimeapi.NamespaceOption) (string, *runtimeapi.PodSandboxConfig) {
 	tb.Helper()
 	n := sandboxSeq.Add(1)
 	name := strings.NewReplacer("/", "-", " ", "-").Replace(tb.Name())
@@ -31,7 +44,11 @@ func testSandbox(tb testing.TB, r *Runtime) (string, *runtimeapi.PodSandboxConfi
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "test", Uid: fmt.Sprintf("u%d", n)},
 		LogDirectory: tb.TempDir(),
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: parent},
+		Linux: &runtimeapi.LinuxPodSandboxConfig{CgroupParent: parent,
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns}},
+	}
+	if ns.GetNetwork() == runtimeapi.NamespaceMode_POD {
+		cfg.Hostname = fmt.Sprintf("p%d", n)
 	}
 	id, err := r.RunPodSandbox(context.Background(), cfg, "")
 	if err != nil {

@@ -21,8 +21,9 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
-// RunPodSandbox records a new sandbox. Sandboxes share the host network and
-// have no process of their own, so it is READY at once.
+// RunPodSandbox records a new sandbox and gives it its namespaces and, off
+// the host's network, its CNI network; it is READY once attached.
+// Sandboxes have no process of their own.
 func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandboxConfig, runtimeHandler string) (string, error) {
 	if config == nil {
 		return "", errInvalid("RunPodSandbox: field config is required")
@@ -41,11 +42,16 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandb
 	if runtimeHandler != "" {
 		return "", errInvalid("RunPodSandbox %s/%s: field runtimeHandler %q is not supported (only the default handler)", md.GetNamespace(), md.GetName(), runtimeHandler)
 	}
+	kinds, pid, err := podNamespaces(config)
+	if err != nil {
+		return "", errInvalid("RunPodSandbox %s/%s: %v", md.GetNamespace(), md.GetName(), err)
+	}
 	rec := sandbox.Record{
 		ID: newID(), Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid(), Attempt: md.GetAttempt(),
 		Labels: maps.Clone(config.GetLabels()), Annotations: maps.Clone(config.GetAnnotations()),
 		LogDirectory: config.GetLogDirectory(), CgroupParent: config.GetLinux().GetCgroupParent(),
-		IP: r.nodeIP, Ready: true, CreatedAt: r.clock.Now().UnixNano(),
+		IP: r.nodeIP, Hostname: config.GetHostname(), HostPID: pid == runtimeapi.NamespaceMode_NODE, Ports: sandboxPorts(config),
+		CreatedAt: r.clock.Now().UnixNano(),
 	}
 	if rec.LogDirectory != "" {
 		if err := os.MkdirAll(rec.LogDirectory, 0o755); err != nil {
@@ -55,7 +61,22 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandb
 	if err := r.sandboxes.Add(rec); err != nil {
 		return "", err
 	}
-	r.log.Info("sandbox created", "sandbox", rec.ID, "pod", rec.Namespace+"/"+rec.Name)
+	if err := r.setUpPod(ctx, &rec, kinds, pid); err != nil {
+		_ = r.sandboxes.Remove(rec.ID)
+		return "", errUnavailable("RunPodSandbox %s/%s: %v", rec.Namespace, rec.Name, err)
+	}
+	if err := r.writeResolvConf(&rec, config.GetDnsConfig()); err != nil {
+		_ = r.tearDownPod(ctx, rec.ID)
+		_ = r.sandboxes.Remove(rec.ID)
+		return "", err
+	}
+	rec.Ready = true
+	if err := r.sandboxes.Update(rec.ID, func(s *sandbox.Record) { *s = rec }); err != nil {
+		_ = r.tearDownPod(ctx, rec.ID)
+		_ = r.sandboxes.Remove(rec.ID)
+		return "", err
+	}
+	r.log.Info("sandbox created", "sandbox", rec.ID, "pod", rec.Namespace+"/"+rec.Name, "ip", rec.IP, "namespaces", kinds)
 	return rec.ID, nil
 }
 
@@ -81,10 +102,16 @@ func (r *Runtime) StopPodSandbox(ctx context.Context, podSandboxID string) error
 			return fmt.Errorf("stop pod sandbox %s: %w", podSandboxID, err)
 		}
 	}
-	if stopped, err := r.sandboxes.SetNotReady(podSandboxID); err != nil || !stopped {
+	stopped, err := r.sandboxes.SetNotReady(podSandboxID)
+	if err != nil {
 		return err
 	}
-	r.log.Info("sandbox stopped", "sandbox", podSandboxID)
+	if err := r.tearDownPod(ctx, podSandboxID); err != nil {
+		return err
+	}
+	if stopped {
+		r.log.Info("sandbox stopped", "sandbox", podSandboxID)
+	}
 	return nil
 }
 
@@ -98,6 +125,9 @@ func (r *Runtime) RemovePodSandbox(ctx context.Context, podSandboxID string) err
 		if err := r.RemoveContainer(ctx, cid); err != nil {
 			return fmt.Errorf("remove pod sandbox %s: %w", podSandboxID, err)
 		}
+	}
+	if err := r.tearDownPod(ctx, podSandboxID); err != nil {
+		return fmt.Errorf("remove pod sandbox %s: %w", podSandboxID, err)
 	}
 	if err := r.sandboxes.Remove(podSandboxID); err != nil {
 		return fmt.Errorf("remove pod sandbox %s: %w", podSandboxID, err)
@@ -113,14 +143,12 @@ func (r *Runtime) PodSandboxStatus(ctx context.Context, podSandboxID string, ver
 		return nil, criErr(err)
 	}
 	st := &runtimeapi.PodSandboxStatus{
-		Id:        sb.ID,
-		Metadata:  sandboxMetadata(&sb),
-		State:     sandboxState(&sb),
-		CreatedAt: sb.CreatedAt,
-		Network:   &runtimeapi.PodSandboxNetworkStatus{Ip: sb.IP},
-		Linux: &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{Options: &runtimeapi.NamespaceOption{
-			Network: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_NODE, Ipc: runtimeapi.NamespaceMode_NODE,
-		}}},
+		Id:             sb.ID,
+		Metadata:       sandboxMetadata(&sb),
+		State:          sandboxState(&sb),
+		CreatedAt:      sb.CreatedAt,
+		Network:        sandboxNetwork(&sb),
+		Linux:          &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{Options: namespaceModes(&sb)}},
 		Labels:         maps.Clone(sb.Labels),
 		Annotations:    maps.Clone(sb.Annotations),
 		RuntimeHandler: sb.RuntimeHandler,
@@ -157,8 +185,10 @@ func sandboxMetadata(sb *sandbox.Record) *runtimeapi.PodSandboxMetadata {
 	return &runtimeapi.PodSandboxMetadata{Name: sb.Name, Namespace: sb.Namespace, Uid: sb.UID, Attempt: sb.Attempt}
 }
 
+// sandboxState is READY while the sandbox is, and its pause (holding a
+// shared PID namespace) runs.
 func sandboxState(sb *sandbox.Record) runtimeapi.PodSandboxState {
-	if sb.Ready {
+	if sb.Ready && pauseAlive(sb) {
 		return runtimeapi.PodSandboxState_SANDBOX_READY
 	}
 	return runtimeapi.PodSandboxState_SANDBOX_NOTREADY

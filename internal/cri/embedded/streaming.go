@@ -16,6 +16,7 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 
+	"github.com/minilet/minilet/internal/cri/embedded/podns"
 	"github.com/minilet/minilet/internal/cri/embedded/supervisor"
 	"github.com/minilet/minilet/internal/logs"
 )
@@ -173,16 +174,15 @@ func (s streamRuntime) Attach(ctx context.Context, id string, in io.Reader, out,
 	}, w)
 }
 
-// PortForward connects stream to port on the pod's loopback. Pods of the
-// embedded runtime share the host's network namespace, so that is the
-// host's loopback.
+// PortForward connects stream to port on the pod's loopback: in the pod's
+// network namespace, or the host's for a pod on the host's network.
 func (s streamRuntime) PortForward(ctx context.Context, sandboxID string, port int32, stream io.ReadWriteCloser) error {
 	defer func() { _ = stream.Close() }()
-	if _, err := s.r.sandboxes.Get(sandboxID); err != nil {
+	sb, err := s.r.sandboxes.Get(sandboxID)
+	if err != nil {
 		return err
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+	conn, err := podns.DialIn(ctx, sb.Namespaces[string(podns.Net)], net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
 	if err != nil {
 		return fmt.Errorf("port-forward to port %d of sandbox %s: %w", port, sandboxID, err)
 	}

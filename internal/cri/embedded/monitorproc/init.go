@@ -17,19 +17,31 @@ import (
 )
 
 // The container init: the monitor starts it (a re-exec of the monitor's
-// own binary, the agent or cmd/minilet-monitor) in new mount, PID, UTS and
-// IPC namespaces; it mounts the root filesystem, /proc, /dev and /sys,
-// pivots into it, takes the container's user and execs the container's
-// command, which thus runs as PID 1. For a host-image container with mounts
-// it is started in a new mount namespace only, binds the mounts onto the
-// host's tree there and execs the command as it is. Failures before the
-// exec are written to fd 3; a successful exec closes it empty.
+// own binary, the agent or cmd/minilet-monitor) in a new mount namespace
+// and, for a container from an image, a new PID namespace (unless hostPID);
+// it first enters the pod's network, UTS and IPC namespaces. For a
+// container from an image it then mounts the root filesystem, /proc, /dev
+// and /sys, pivots into it, takes the container's user and execs the
+// container's command, which thus runs as PID 1. For a host-image
+// container it binds the mounts onto the host's tree and execs the command
+// as it is. Failures before the exec are written to fd 3; a successful
+// exec closes it empty.
 const (
-	initEnv       = "MINILET_EMBEDDED_INIT" // path of the monitor spec
-	initArg0      = "minilet-init"
-	initFlags     = syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC
-	hostInitFlags = syscall.CLONE_NEWNS
+	initEnv  = "MINILET_EMBEDDED_INIT" // path of the monitor spec
+	initArg0 = "minilet-init"
 )
+
+// cloneFlags are the namespaces the init is started in: a new mount
+// namespace, and a new PID namespace for a container from an image unless
+// its pod shares one (or the host's). Network, UTS and IPC namespaces are
+// the pod's, joined by the init, or the host's, as with other runtimes.
+func cloneFlags(spec *Spec) uintptr {
+	flags := uintptr(syscall.CLONE_NEWNS)
+	if spec.Rootfs != nil && !spec.Pod.HostPID && spec.Pod.Join["pid"] == "" {
+		flags |= syscall.CLONE_NEWPID
+	}
+	return flags
+}
 
 // devices bound from the host into a container's /dev.
 var initDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
@@ -46,6 +58,9 @@ func runInit() int {
 	}
 	var spec Spec
 	if err := statefile.Read(os.Getenv(initEnv), &spec); err != nil {
+		return fail(err)
+	}
+	if err := joinPodNamespaces(spec.Pod.Join); err != nil {
 		return fail(err)
 	}
 	switch {
@@ -89,6 +104,9 @@ func runInit() int {
 // lie in a volume. It returns only on failure.
 func execOnHost(spec *Spec) error {
 	if err := setupHostMounts(spec.Mounts); err != nil {
+		return err
+	}
+	if err := dropHeldNamespaces(spec.Pod.HeldUnder); err != nil {
 		return err
 	}
 	if err := os.Chdir(spec.WorkingDir); err != nil {

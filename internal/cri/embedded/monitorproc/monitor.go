@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -192,9 +193,15 @@ func startInCgroup(dir string, spec *Spec, stdin *os.File) (*exec.Cmd, *os.File,
 		cmd.Path, cmd.Args, cmd.Dir = "/proc/self/exe", []string{initArg0}, ""
 		cmd.Env = []string{initEnv + "=" + filepath.Join(dir, FileSpec)}
 		cmd.ExtraFiles = []*os.File{initNotify}
-		cmd.SysProcAttr.Cloneflags = initFlags
-		if spec.Rootfs == nil {
-			cmd.SysProcAttr.Cloneflags = hostInitFlags
+		cmd.SysProcAttr.Cloneflags = cloneFlags(spec)
+	}
+	// A container of a pod with a shared PID namespace is forked into it:
+	// the thread that forks enters it first (setns into a PID namespace
+	// sets where that thread's children go).
+	if p := spec.Pod.Join["pid"]; p != "" {
+		runtime.LockOSThread()
+		if err := setnsPath(p, syscall.CLONE_NEWPID); err != nil {
+			return nil, nil, nil, fmt.Errorf("enter the pod's pid namespace: %w", err)
 		}
 	}
 	home := ownCgroups(spec.CgroupDirs)
@@ -228,9 +235,11 @@ func startInCgroup(dir string, spec *Spec, stdin *os.File) (*exec.Cmd, *os.File,
 
 // needsInit reports whether the container starts through the container
 // init: containers from images, and host-image containers with mounts
-// (which get a mount namespace of their own). Others run their command
-// directly, in the host's namespaces.
-func needsInit(spec *Spec) bool { return spec.Rootfs != nil || len(spec.Mounts) > 0 }
+// (which get a mount namespace of their own) or pod namespaces to join.
+// Others run their command directly, in the host's namespaces.
+func needsInit(spec *Spec) bool {
+	return spec.Rootfs != nil || len(spec.Mounts) > 0 || !spec.Pod.Empty()
+}
 
 // ownCgroups are the directories of the cgroups this process is in now,
 // in the hierarchies of dirs.

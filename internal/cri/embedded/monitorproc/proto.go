@@ -91,7 +91,27 @@ type Spec struct {
 	// namespace of the container's own. (A container from an image has
 	// them in Rootfs.)
 	Mounts []BindMount `json:"mounts,omitempty"`
+	// Pod names the pod namespaces the container joins.
+	Pod PodNamespaces `json:"pod,omitempty"`
 }
+
+// PodNamespaces are the namespaces a container shares with its pod.
+type PodNamespaces struct {
+	// Join are the held namespace files (kind "net", "uts" or "ipc" →
+	// path) the container init enters; a kind absent is the host's.
+	Join map[string]string `json:"join,omitempty"`
+	// HostPID keeps a container from an image in the host's PID
+	// namespace (hostPID) instead of one of its own.
+	HostPID bool `json:"hostPID,omitempty"`
+	// HeldUnder is the directory holding every pod's namespace files: a
+	// host-image container's mount namespace drops its copies of those
+	// mounts, so that it keeps no other pod's namespace alive.
+	HeldUnder string `json:"heldUnder,omitempty"`
+}
+
+// Empty reports whether the container shares nothing with a pod that
+// needs the container init (all the host's namespaces).
+func (p PodNamespaces) Empty() bool { return len(p.Join) == 0 }
 
 // CgroupDir is a container's cgroup in one hierarchy: Dir the cgroup
 // directory, Root the hierarchy's mount, Controller one of its controllers
@@ -156,7 +176,7 @@ type ExitRecord struct {
 }
 
 // MaybeRun returns at once unless this process was started in one of the
-// helper roles (monitor, exec trampoline, container init); then it does
+// helper roles (monitor, exec trampoline, container init, pod pause); then it does
 // that job and exits without returning. Both the environment marker and
 // argv[0] must match, so that a stray variable never turns an agent into a
 // monitor.
@@ -174,6 +194,10 @@ func MaybeRun() {
 	}
 	if os.Getenv(initEnv) != "" && os.Args[0] == initArg0 {
 		os.Exit(runInit())
+	}
+	if os.Getenv(PauseEnv) != "" && os.Args[0] == PauseArg0 {
+		runtime.GOMAXPROCS(1)
+		os.Exit(runPause())
 	}
 }
 

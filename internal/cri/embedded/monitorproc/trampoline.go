@@ -64,13 +64,17 @@ func runTrampoline() int {
 }
 
 // enterMountNamespace moves the calling thread, which execs the command
-// next, into the mount namespace of a host-image container's process pid,
+// next, into the network, UTS, IPC and mount namespaces of a host-image
+// container's process pid,
 // and into dir there. The kernel refuses setns into a mount namespace to a
 // thread sharing its root and working directory with others, as the Go
 // runtime's threads do: the thread takes a private copy of those first
 // (unshare CLONE_FS), and stays locked so that the exec happens on it.
 func enterMountNamespace(pid, dir string) error {
 	runtime.LockOSThread()
+	if err := joinNamespacesOf(pid); err != nil {
+		return err
+	}
 	f, err := os.Open("/proc/" + pid + "/ns/mnt")
 	if err != nil {
 		return fmt.Errorf("container is gone: %w", err)
@@ -93,7 +97,7 @@ func enterMountNamespace(pid, dir string) error {
 }
 
 // execInContainer runs argv inside the container whose init is pid: in its
-// PID, UTS and IPC namespaces, chrooted into its root (through
+// network, UTS, IPC and PID namespaces, chrooted into its root (through
 // /proc/PID/root, which shows the container's mounts), as the user its PID 1
 // runs as. The command stays in the host's mount namespace (it does not
 // join the container's as enterMountNamespace does), which only its
@@ -113,18 +117,12 @@ func execInContainer(pid, dir string, argv, env []string, fail func(error) int) 
 	if err := limitBoundingSet(bnd); err != nil {
 		return fail(err)
 	}
-	for _, ns := range []struct {
-		name string
-		flag int
-	}{{"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}, {"pid", unix.CLONE_NEWPID}} {
-		f, err := os.Open("/proc/" + pid + "/ns/" + ns.name)
-		if err != nil {
-			return fail(fmt.Errorf("container is gone: %w", err))
-		}
-		err = unix.Setns(int(f.Fd()), ns.flag)
-		_ = f.Close()
-		if err != nil {
-			return fail(fmt.Errorf("enter %s namespace: %w", ns.name, err))
+	if err := joinNamespacesOf(pid); err != nil {
+		return fail(err)
+	}
+	if !sameNamespace("/proc/"+pid+"/ns/pid", "/proc/thread-self/ns/pid") {
+		if err := setnsPath("/proc/"+pid+"/ns/pid", unix.CLONE_NEWPID); err != nil {
+			return fail(fmt.Errorf("enter the container's pid namespace: %w", err))
 		}
 	}
 	if err := syscall.Chroot("/proc/" + pid + "/root"); err != nil {

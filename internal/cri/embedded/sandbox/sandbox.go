@@ -1,8 +1,8 @@
 // Package sandbox keeps the embedded runtime's pod sandboxes: one durable
 // record per sandbox (<dir>/<id>.json) with the pod's identity, log
-// directory, cgroup parent, IP and readiness. Sandboxes have no process of
-// their own; the pod network namespace and what attaches it (CNI, host
-// ports) belong here as they come.
+// directory, cgroup parent, namespaces, network attachment and readiness.
+// Sandboxes have no process of their own: their namespaces are held by
+// bind mounts (package podns) and attached by CNI (package podnet).
 package sandbox
 
 import (
@@ -29,8 +29,37 @@ type Record struct {
 	CgroupParent   string            `json:"cgroupParent,omitempty"`
 	RuntimeHandler string            `json:"runtimeHandler,omitempty"`
 	IP             string            `json:"ip"`
-	Ready          bool              `json:"ready"`
-	CreatedAt      int64             `json:"createdAt"`
+	// IPs are all the pod's addresses (IP is the first); empty with the
+	// host's network.
+	IPs []string `json:"ips,omitempty"`
+	// Hostname is the pod's hostname in its UTS namespace.
+	Hostname string `json:"hostname,omitempty"`
+	// Namespaces are the pod's own namespaces (kind → held path); a kind
+	// absent is the host's.
+	Namespaces map[string]string `json:"namespaces,omitempty"`
+	// HostPID: the pod's containers share the host's PID namespace.
+	HostPID bool `json:"hostPID,omitempty"`
+	// PausePID and PauseStart (its start time in clock ticks) identify the
+	// process holding a shared PID namespace; 0 when there is none.
+	PausePID   int    `json:"pausePID,omitempty"`
+	PauseStart uint64 `json:"pauseStart,omitempty"`
+	// Network is the CNI network the pod is attached to, until detached.
+	Network string `json:"network,omitempty"`
+	// ResolvConf is the pod's resolv.conf, from its DNS config; "" keeps
+	// the host's.
+	ResolvConf string `json:"resolvConf,omitempty"`
+	// Ports are the pod's host ports, which CNI DEL needs again.
+	Ports     []Port `json:"ports,omitempty"`
+	Ready     bool   `json:"ready"`
+	CreatedAt int64  `json:"createdAt"`
+}
+
+// Port is one host port of a pod.
+type Port struct {
+	HostPort      int32  `json:"hostPort"`
+	ContainerPort int32  `json:"containerPort"`
+	Protocol      string `json:"protocol"`
+	HostIP        string `json:"hostIP,omitempty"`
 }
 
 // Store holds the sandboxes. It is safe for concurrent use; the records it
@@ -132,6 +161,29 @@ func (s *Store) SetNotReady(id string) (bool, error) {
 	}
 	s.mu.Unlock()
 	return true, nil
+}
+
+// Update changes the sandbox's record durably through change, which gets a
+// copy; an unknown sandbox is NotFound.
+func (s *Store) Update(id string, change func(*Record)) error {
+	s.mu.Lock()
+	rec, ok := s.records[id]
+	if !ok {
+		s.mu.Unlock()
+		return fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	updated := *rec
+	s.mu.Unlock()
+	change(&updated)
+	if err := s.save(&updated); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if _, ok := s.records[id]; ok {
+		s.records[id] = &updated
+	}
+	s.mu.Unlock()
+	return nil
 }
 
 // Remove deletes the sandbox's record; removing an unknown sandbox is not

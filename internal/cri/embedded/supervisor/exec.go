@@ -138,9 +138,9 @@ func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []s
 		// The trampoline enters the container's namespaces and root.
 		proc.Dir = ""
 		proc.Env = append(proc.Env, monitorproc.TrampolinePidEnv+"="+strconv.Itoa(pid), monitorproc.TrampolineDirEnv+"="+rec.WorkingDir)
-	case len(rec.Mounts) > 0:
-		// The trampoline enters the container's mount namespace, where the
-		// working directory may be one of its volumes.
+	case len(rec.Mounts) > 0 || !rec.Pod.Empty():
+		// The trampoline enters the container's namespaces, the mount one
+		// where the working directory may be one of its volumes.
 		proc.Dir = ""
 		proc.Env = append(proc.Env, monitorproc.TrampolineMntEnv+"="+strconv.Itoa(pid), monitorproc.TrampolineDirEnv+"="+rec.WorkingDir)
 	}

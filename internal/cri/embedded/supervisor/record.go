@@ -63,6 +63,9 @@ type Record struct {
 	// Mounts are a host-image container's CRI mounts, bound in a mount
 	// namespace of its own (a container from an image has them in Rootfs).
 	Mounts []monitorproc.BindMount `json:"mounts,omitempty"`
+
+	// Pod is what the container shares with its pod: its namespaces.
+	Pod monitorproc.PodNamespaces `json:"pod,omitempty"`
 }
 
 // ImageRef is the image ID containers report: the config digest, or the

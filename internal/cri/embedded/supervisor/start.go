@@ -117,6 +117,7 @@ func (s *Supervisor) launch(c *container, rec *Record) (bool, error) {
 	}
 	spec.Args, spec.Env, spec.WorkingDir, spec.LogPath = rec.Args, rec.Env, rec.WorkingDir, rec.LogFile
 	spec.Stdin, spec.StdinOnce = rec.Stdin, rec.StdinOnce
+	spec.Pod = rec.Pod
 	if rec.Rootfs != nil {
 		spec.Rootfs = s.rootfsSpec(dir, rec.Rootfs)
 	} else if len(rec.Mounts) > 0 {
