@@ -13,8 +13,8 @@ fi
 STATE_DIR=$(cd "$STATE_DIR" && pwd)
 SOCK="$STATE_DIR/containerd.sock"
 PIDFILE="$STATE_DIR/containerd.pid"
-NET_N=$(( $(printf '%s' "$STATE_DIR" | cksum | cut -d' ' -f1) % 250 + 1 ))
-BRIDGE="mlt${NET_N}"
+# The shared pod network's host-wide IP pool (see containerd-up.sh).
+IPAM_DIR=/var/lib/cni/networks/minilet
 
 say() { echo "containerd-down: $*" >&2; }
 
@@ -101,9 +101,17 @@ if [ -n "$ids" ]; then
 	done
 fi
 
-# 6. The pod network bridge and the state itself.
-if command -v ip >/dev/null 2>&1 && ip link show "$BRIDGE" >/dev/null 2>&1; then
-	ip link del "$BRIDGE" 2>/dev/null || true
+# 6. IPs our sandboxes still hold in the shared pool (normally released by
+# CNI DEL when the tests remove their pods), and the state itself. The
+# bridge is shared with the embedded runtime's pods and stays.
+if [ -n "$ids" ] && [ -d "$IPAM_DIR" ]; then
+	for f in "$IPAM_DIR"/*; do
+		[ -f "$f" ] || continue
+		owner=$(head -n 1 "$f" 2>/dev/null | tr -d '[:space:]')
+		if [ -n "$owner" ] && grep -qx -- "$owner" <<<"$ids"; then
+			rm -f "$f"
+		fi
+	done
 fi
 rm -rf "$STATE_DIR" 2>/dev/null || {
 	sleep 1

@@ -6,11 +6,12 @@
 # Idempotent: when the containerd of STATE_DIR already answers, it only makes
 # sure the test images are there. On a fresh Debian machine (root, no
 # systemd) it installs what it needs from the distribution's packages:
-# containerd, runc, busybox-static, containernetworking-plugins and
-# python3-minimal.
+# containerd, runc, busybox-static and python3-minimal (and, through
+# scripts/cni-plugins.sh, the CNI reference plugins and iptables).
 #
 # Everything containerd writes lives under STATE_DIR (default
-# /tmp/minilet-containerd): root, state, sockets, CNI config and IPAM state.
+# /tmp/minilet-containerd): root, state, sockets and CNI config (the IP
+# pool is the host-wide one of the shared network).
 # (containerd 1.6 still puts runc's state under /run/containerd/runc.)
 # Images built locally, with no registry:
 #   minilet.test/pause:latest   the sandbox image, a static program that waits for a signal
@@ -25,12 +26,11 @@ STATE_DIR=$(cd "$STATE_DIR" && pwd)
 SOCK="$STATE_DIR/containerd.sock"
 LOG="$STATE_DIR/containerd.log"
 PIDFILE="$STATE_DIR/containerd.pid"
-# The pod network of this instance: a bridge and a /24 derived from the
-# state dir, so two instances (the shared one and a test's private one) do
-# not share a bridge.
-NET_N=$(( $(printf '%s' "$STATE_DIR" | cksum | cut -d' ' -f1) % 250 + 1 ))
-BRIDGE="mlt${NET_N}"
-SUBNET="10.222.${NET_N}.0/24"
+# Pods are attached to the network the embedded runtime writes by default
+# (internal/cri/embedded/podnet/default.conflist: bridge minilet0, one
+# host-wide IP pool) with the reference plugins scripts/cni-plugins.sh
+# builds, so that both runtimes give pods the same network.
+REPO=$(cd "$(dirname "$0")/.." && pwd)
 
 say() { echo "containerd-up: $*" >&2; }
 die() {
@@ -48,7 +48,6 @@ command -v containerd >/dev/null 2>&1 || need+=(containerd)
 command -v ctr >/dev/null 2>&1 || need+=(containerd)
 command -v runc >/dev/null 2>&1 || need+=(runc)
 [ -x /bin/busybox ] || need+=(busybox-static)
-[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 [ -x /usr/bin/python3 ] || need+=(python3-minimal)
 if [ ${#need[@]} -gt 0 ]; then
 	say "installing ${need[*]}"
@@ -80,7 +79,7 @@ cri_ok() {
 
 # --- 2. config and start ---------------------------------------------------
 if ! answers; then
-	mkdir -p "$STATE_DIR/root" "$STATE_DIR/state" "$STATE_DIR/cni" "$STATE_DIR/cni-ipam" "$STATE_DIR/opt"
+	mkdir -p "$STATE_DIR/root" "$STATE_DIR/state" "$STATE_DIR/cni" "$STATE_DIR/opt"
 	# A containerd of ours that does not answer is stuck: end it first.
 	if [ -f "$PIDFILE" ]; then
 		old=$(cat "$PIDFILE" 2>/dev/null || true)
@@ -91,25 +90,9 @@ if ! answers; then
 	fi
 	rm -f "$SOCK" "$SOCK.ttrpc"
 
-	cat >"$STATE_DIR/cni/10-minilet.conflist" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "name": "minilet-${NET_N}",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "${BRIDGE}",
-      "isGateway": false,
-      "ipMasq": false,
-      "ipam": {
-        "type": "host-local",
-        "ranges": [[{"subnet": "${SUBNET}"}]],
-        "dataDir": "${STATE_DIR}/cni-ipam"
-      }
-    }
-  ]
-}
-EOF
+	CNI_BIN_DIR=$("$REPO/scripts/cni-plugins.sh" | tail -n 1)
+	rm -f "$STATE_DIR"/cni/*
+	cp "$REPO/internal/cri/embedded/podnet/default.conflist" "$STATE_DIR/cni/10-minilet.conflist"
 
 	cat >"$STATE_DIR/config.toml" <<EOF
 version = 2
@@ -148,7 +131,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = "$CNI_BIN_DIR"
     conf_dir = "$STATE_DIR/cni"
     max_conf_num = 1
 EOF
