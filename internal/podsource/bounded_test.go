@@ -191,4 +191,3 @@ func remove(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
-
