@@ -66,7 +66,8 @@ func File(path string, limit int64) ([]byte, error) {
 	// above, whatever the path points at by now.
 	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(pfd), os.O_RDONLY|unix.O_NOCTTY, 0)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: errors.Unwrap(err)}
+		// %v: a missing /proc must not pass for a missing file.
+		return nil, fmt.Errorf("reopen %s through /proc/self/fd (is /proc mounted?): %v", path, errors.Unwrap(err))
 	}
 	defer func() { _ = f.Close() }()
 	return read(f, limit, st.Size)
