@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -291,5 +292,40 @@ func TestNewOptionsLoads(t *testing.T) {
 	}
 	if got := thresholds(c.EvictionHard); got != "imagefs.available<15%,memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%" {
 		t.Fatalf("eviction defaults lost: %s", got)
+	}
+}
+
+// --config is read within MaxConfigFileSize and only if it is a regular
+// file: /dev/zero, a FIFO or a directory are refused at once with the
+// file's name, where /dev/zero once made the agent read 3.6 GB.
+func TestConfigFileThatIsNotABoundedRegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "kubelet.fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.yaml")
+	if err := os.WriteFile(big, []byte(header+"# "+strings.Repeat("x", MaxConfigFileSize)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		"/dev/zero": "config file /dev/zero: not a regular file: a character device",
+		fifo:        "config file " + fifo + ": not a regular file: a named pipe (FIFO)",
+		dir:         "config file " + dir + ": not a regular file: a directory",
+		big:         "config file " + big + ": file is 1048648 bytes, larger than the limit of 1 MiB",
+	} {
+		o := NewOptions()
+		o.ConfigFile = path
+		start := time.Now()
+		_, err := Load(o, pflag.NewFlagSet("x", pflag.ContinueOnError))
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%s: Load took %v", path, took)
+		}
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: Load error = %v; want %q", path, err, want)
+		}
+		if !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: error is not InvalidArgument: %v", path, err)
+		}
 	}
 }

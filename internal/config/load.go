@@ -14,6 +14,7 @@ import (
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/minilet/minilet/internal/boundedread"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/eviction"
 )
@@ -63,10 +64,15 @@ func Load(o *Options, fs *pflag.FlagSet) (*Config, error) {
 	return cfg, nil
 }
 
+// MaxConfigFileSize bounds the --config file: 1 MiB, a hundred times a
+// full KubeletConfiguration. A larger file, or one that is not a regular
+// file (/dev/zero, a FIFO), is refused before it is read.
+const MaxConfigFileSize = 1 << 20
+
 // readFile strictly decodes a KubeletConfiguration file into kc and returns
 // the top-level keys it sets.
 func readFile(path string, kc *kubeletv1beta1.KubeletConfiguration) (map[string]bool, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedread.File(path, MaxConfigFileSize)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("config file %s: %w: %w", path, err, errdefs.ErrNotFound)

@@ -27,18 +27,30 @@ import (
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/minilet/minilet/internal/boundedread"
 	"github.com/minilet/minilet/internal/errdefs"
+)
+
+// Limits on what one read of the folder takes in. A file that is not a
+// regular file or is larger than MaxFileSize is skipped and named in the
+// error; once the files read add up to more than MaxFolderSize, the rest
+// are skipped. Each ConfigMap's and Secret's data must fit the API
+// server's limit, v1.MaxSecretSize (1 MiB).
+const (
+	MaxFileSize   = 10 << 20 // one file, as one static pod manifest
+	MaxFolderSize = 64 << 20 // all files of one read together
 )
 
 // Folder reads ConfigMaps and Secrets from the files of one directory
 // (*.yaml, *.yml, *.json; hidden files skipped). A file may hold several
 // documents and v1 Lists. Objects without a namespace are in "default".
 type Folder struct {
-	dir string
+	dir       string
+	maxFolder int64 // MaxFolderSize; smaller in tests
 }
 
 // NewFolder returns a Folder over dir.
-func NewFolder(dir string) *Folder { return &Folder{dir: dir} }
+func NewFolder(dir string) *Folder { return &Folder{dir: dir, maxFolder: MaxFolderSize} }
 
 // ConfigMap returns namespace/name, or an error wrapping
 // errdefs.ErrNotFound that names the folder (and any file it could not
@@ -110,20 +122,27 @@ func (f *Folder) load() (objectSet, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	budget := f.maxFolder
 	for _, n := range names {
 		path := filepath.Join(f.dir, n)
-		if err := set.addFile(path); err != nil {
+		data, err := boundedread.File(path, MaxFileSize)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			continue
+		}
+		if budget -= int64(len(data)); budget < 0 {
+			errs = append(errs, fmt.Errorf("%s: the folder's files add up to more than %s: this file and the ones after it are skipped",
+				path, boundedread.FormatSize(f.maxFolder)))
+			break
+		}
+		if err := set.addFile(path, data); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 		}
 	}
 	return set, errors.Join(errs...)
 }
 
-func (s *objectSet) addFile(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
+func (s *objectSet) addFile(path string, data []byte) error {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for i := 0; ; i++ {
 		doc, err := r.Read()
@@ -159,6 +178,9 @@ func (s *objectSet) addDocument(path string, doc []byte) error {
 		if err := checkKeys("ConfigMap", cm.Name, keysOf(cm.Data), keysOf(cm.BinaryData)); err != nil {
 			return err
 		}
+		if err := checkSize("ConfigMap", cm.Name, cm.Data, cm.BinaryData); err != nil {
+			return err
+		}
 		defaultNamespace(&cm.ObjectMeta)
 		return s.add(path, "ConfigMap", cm.ObjectMeta, func(k string) { s.configMaps[k] = &cm })
 	case "Secret":
@@ -174,6 +196,9 @@ func (s *objectSet) addDocument(path string, doc []byte) error {
 		}
 		sec.StringData = nil
 		if err := checkKeys("Secret", sec.Name, keysOf(sec.Data)); err != nil {
+			return err
+		}
+		if err := checkSize("Secret", sec.Name, nil, sec.Data); err != nil {
 			return err
 		}
 		defaultNamespace(&sec.ObjectMeta)
@@ -230,6 +255,22 @@ func checkKeys(kind, name string, sets ...[]string) error {
 				return fmt.Errorf("%s %q: data key %q: %s", kind, name, k, strings.Join(msgs, "; "))
 			}
 		}
+	}
+	return nil
+}
+
+// checkSize applies the API server's limit on the data of a ConfigMap or
+// Secret: its values together at most v1.MaxSecretSize bytes.
+func checkSize(kind, name string, text map[string]string, binary map[string][]byte) error {
+	total := 0
+	for _, v := range text {
+		total += len(v)
+	}
+	for _, v := range binary {
+		total += len(v)
+	}
+	if total > v1.MaxSecretSize {
+		return fmt.Errorf("%s %q: data is %d bytes, more than the limit of %s", kind, name, total, boundedread.FormatSize(v1.MaxSecretSize))
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/minilet/minilet/internal/boundedread"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/podspec"
 )
@@ -263,18 +264,18 @@ func (s *FileSource) listFiles() ([]string, error) {
 	return files, nil
 }
 
-// maxManifestSize bounds one manifest file; larger files are rejected.
-const maxManifestSize = 10 << 20
+// MaxManifestSize bounds one manifest file (the kubelet's limit, 10 MiB);
+// a larger file, or one that is not a regular file, is refused.
+const MaxManifestSize = 10 << 20
 
+// readFile reads one manifest: opened once, checked (a regular file within
+// MaxManifestSize) and read on that descriptor, so a path swapped for
+// /dev/zero or a FIFO after listFiles looked at it is refused, not read.
 func (s *FileSource) readFile(path string, now time.Time) ([]*v1.Pod, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("read manifest %s: %w", path, err)
+	data, err := boundedread.File(path, MaxManifestSize)
+	if errdefs.IsInvalidArgument(err) {
+		return nil, &ManifestError{Path: path, Err: err}
 	}
-	if fi.Size() > maxManifestSize {
-		return nil, &ManifestError{Path: path, Err: fmt.Errorf("file is larger than %d bytes", maxManifestSize)}
-	}
-	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest %s: %w", path, err)
 	}

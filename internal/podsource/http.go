@@ -3,8 +3,8 @@ package podsource
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/minilet/minilet/internal/boundedread"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/podspec"
 )
@@ -112,8 +113,9 @@ func (s *HTTPSource) Step(ctx context.Context) {
 	}
 }
 
-// maxBody bounds the body read from the URL.
-const maxBody = 10 << 20
+// MaxBodySize bounds the body read from the URL (the kubelet's limit,
+// 10 MiB); a longer answer is refused, whatever Content-Length says.
+const MaxBodySize = 10 << 20
 
 func (s *HTTPSource) fetch(ctx context.Context) ([]*v1.Pod, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.cfg.URL, nil)
@@ -133,12 +135,16 @@ func (s *HTTPSource) fetch(ctx context.Context) ([]*v1.Pod, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: status %s: %w", s.cfg.URL, resp.Status, errdefs.ErrUnavailable)
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	if resp.ContentLength > MaxBodySize {
+		return nil, &ManifestError{Path: s.cfg.URL, Err: fmt.Errorf("body of %d bytes (Content-Length) is %w of %s",
+			resp.ContentLength, boundedread.ErrTooLarge, boundedread.FormatSize(MaxBodySize))}
+	}
+	data, err := boundedread.All(resp.Body, MaxBodySize)
+	if errors.Is(err, boundedread.ErrTooLarge) {
+		return nil, &ManifestError{Path: s.cfg.URL, Err: fmt.Errorf("body: %w", err)}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: read body: %w: %w", s.cfg.URL, err, errdefs.ErrUnavailable)
-	}
-	if len(data) > maxBody {
-		return nil, &ManifestError{Path: s.cfg.URL, Err: fmt.Errorf("body is larger than %d bytes", maxBody)}
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		// As the kubelet does: an empty answer is an empty set, so a URL

@@ -51,8 +51,9 @@ func (e *ManifestError) Unwrap() []error { return []error{e.Err, errdefs.ErrInva
 // ParseManifest decodes data (YAML with one or more documents, or JSON) into
 // pods ready to run: each document must be a v1 Pod (or v1 PodList / List of
 // Pods); decoding is strict (unknown fields are errors naming the field);
-// every pod gets podspec.SetDefaults and podspec.ApplyStatic, then
-// podspec.Validate. Empty documents are skipped. Any error rejects the whole
+// every pod's labels and annotations must pass the API server's limits
+// (validateMetadata), then it gets podspec.SetDefaults and
+// podspec.ApplyStatic, then podspec.Validate. Empty documents are skipped. Any error rejects the whole
 // manifest: a half-applied file is harder to reason about than a rejected one.
 func ParseManifest(data []byte, path, source, nodeName string, seen time.Time) ([]*v1.Pod, error) {
 	docs, err := splitDocuments(data)
@@ -66,11 +67,17 @@ func ParseManifest(data []byte, path, source, nodeName string, seen time.Time) (
 			return nil, &ManifestError{Path: path, Doc: docNumber(i, len(docs)), Err: err}
 		}
 		for _, pod := range got {
+			if errs := validateMetadata(pod); len(errs) > 0 {
+				return nil, &ManifestError{Path: path, Doc: docNumber(i, len(docs)),
+					Err: fmt.Errorf("pod %q is invalid: %w", pod.Name, errs.ToAggregate())}
+			}
 			podspec.SetDefaults(pod)
 			if err := podspec.ApplyStatic(pod, source, path, nodeName, seen); err != nil {
 				return nil, &ManifestError{Path: path, Doc: docNumber(i, len(docs)), Err: err}
 			}
-			if errs := podspec.Validate(pod); len(errs) > 0 {
+			// Again with the static pod's own annotations, which count
+			// towards the mirror pod's 256 KiB.
+			if errs := append(podspec.Validate(pod), validateMetadata(pod)...); len(errs) > 0 {
 				return nil, &ManifestError{Path: path, Doc: docNumber(i, len(docs)),
 					Err: fmt.Errorf("pod %q is invalid: %w", pod.Name, errs.ToAggregate())}
 			}
@@ -118,21 +125,36 @@ func isEmptyDocument(doc []byte) bool {
 	return true
 }
 
-// decodeDocument decodes one document into pods.
+// decodeDocument decodes one document into pods. YAML is converted to JSON
+// once (strictly: duplicate keys are errors) and everything after works on
+// the JSON; a document that already is JSON skips the YAML parser, the
+// slow part of decoding a large manifest.
 func decodeDocument(doc []byte) ([]*v1.Pod, error) {
+	j := doc
+	if !json.Valid(doc) {
+		var err error
+		if j, err = yaml.YAMLToJSONStrict(doc); err != nil {
+			return nil, fmt.Errorf("not a YAML or JSON object: %w", err)
+		}
+	}
+	return decodeJSON(j)
+}
+
+// decodeJSON decodes one JSON object (a Pod or a list of them) into pods.
+func decodeJSON(j []byte) ([]*v1.Pod, error) {
 	var tm metav1.TypeMeta
-	if err := yaml.Unmarshal(doc, &tm); err != nil {
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, &tm); err != nil {
 		return nil, fmt.Errorf("not a YAML or JSON object: %w", err)
 	}
 	switch {
 	case tm.Kind == "Pod" && tm.APIVersion == "v1":
 		var pod v1.Pod
-		if err := unmarshalStrict(doc, &pod); err != nil {
+		if err := unmarshalStrict(j, &pod); err != nil {
 			return nil, fmt.Errorf("decode Pod: %w", err)
 		}
 		return []*v1.Pod{&pod}, nil
 	case (tm.Kind == "PodList" || tm.Kind == "List") && tm.APIVersion == "v1":
-		return decodeList(doc)
+		return decodeList(j)
 	case tm.Kind == "":
 		return nil, errors.New(`missing "kind": want kind Pod, apiVersion v1`)
 	default:
@@ -140,18 +162,18 @@ func decodeDocument(doc []byte) ([]*v1.Pod, error) {
 	}
 }
 
-func decodeList(doc []byte) ([]*v1.Pod, error) {
+func decodeList(j []byte) ([]*v1.Pod, error) {
 	var list struct {
 		metav1.TypeMeta `json:",inline"`
 		metav1.ListMeta `json:"metadata,omitempty"`
 		Items           []json.RawMessage `json:"items"`
 	}
-	if err := unmarshalStrict(doc, &list); err != nil {
+	if err := unmarshalStrict(j, &list); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", list.Kind, err)
 	}
 	pods := make([]*v1.Pod, 0, len(list.Items))
 	for i, item := range list.Items {
-		got, err := decodeDocument(item)
+		got, err := decodeJSON(item)
 		if err != nil {
 			return nil, fmt.Errorf("items[%d]: %w", i, err)
 		}
@@ -163,14 +185,10 @@ func decodeList(doc []byte) ([]*v1.Pod, error) {
 	return pods, nil
 }
 
-// unmarshalStrict decodes YAML or JSON into v, matching field names case
+// unmarshalStrict decodes JSON into v, matching field names case
 // sensitively and rejecting unknown and duplicate fields with their full
 // path (e.g. unknown field "spec.containers[0].imagePullPolicyy").
-func unmarshalStrict(doc []byte, v any) error {
-	j, err := yaml.YAMLToJSONStrict(doc)
-	if err != nil {
-		return err
-	}
+func unmarshalStrict(j []byte, v any) error {
 	strict, err := sigsjson.UnmarshalStrict(j, v, sigsjson.DisallowDuplicateFields, sigsjson.DisallowUnknownFields)
 	if err != nil {
 		return err

@@ -74,7 +74,7 @@ func NewAdmin(cfg AdminConfig) *Admin {
 	a := &Admin{cfg: cfg}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /images/load", a.loadImages)
-	a.srv = &Server{cfg: Config{ShutdownTimeout: cfg.ShutdownTimeout}, log: cfg.Logger, handler: mux}
+	a.srv = &Server{cfg: withTimeouts(Config{ShutdownTimeout: cfg.ShutdownTimeout}), log: cfg.Logger, handler: mux}
 	return a
 }
 

@@ -30,6 +30,19 @@ import (
 // once its context ends.
 const DefaultShutdownTimeout = 5 * time.Second
 
+// Limits on what a client can hold: a connection that sends no complete
+// request header within DefaultReadHeaderTimeout, or stays idle between
+// requests longer than DefaultIdleTimeout (the kubelet's 90 s, the keep-alive
+// of Go's default transport), is closed; a request header is at most
+// MaxHeaderBytes (the kubelet's 1 MiB). Bodies and long-running responses
+// (followed logs, exec) are not cut: the kubelet's 4 h read and write
+// timeouts would end a followed log, so they are left out.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 90 * time.Second
+	MaxHeaderBytes           = 1 << 20
+)
+
 // Config holds the server's providers and settings. Every provider may be
 // nil; its endpoints then answer 404 "not enabled".
 type Config struct {
@@ -62,6 +75,12 @@ type Config struct {
 	Logger *slog.Logger
 	// ShutdownTimeout bounds graceful shutdown. Default DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// ReadHeaderTimeout bounds the wait for a request's header. Default
+	// DefaultReadHeaderTimeout.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long. Default
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// LogPollInterval bounds the wait between checks of a followed log
 	// file. Default logs.DefaultPollInterval.
 	LogPollInterval time.Duration
@@ -122,10 +141,21 @@ func newServer(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	return &Server{cfg: withTimeouts(cfg), log: cfg.Logger}
+}
+
+// withTimeouts fills in the default timeouts.
+func withTimeouts(cfg Config) Config {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
-	return &Server{cfg: cfg, log: cfg.Logger}
+	if cfg.ReadHeaderTimeout <= 0 {
+		cfg.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	return cfg
 }
 
 // readOnlyMux routes the endpoints both APIs serve.
@@ -161,7 +191,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	defer cancelRequests()
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
