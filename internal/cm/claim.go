@@ -28,7 +28,7 @@ func (m *Manager) claim() error {
 		return nil
 	}
 	path := filepath.Join(m.cfg.LockDir, url.PathEscape(m.driver.Path(m.root))+".lock")
-	lock, err := hostlock.Acquire(path, hostlock.Self(m.cfg.Owner))
+	lock, err := hostlock.TryLock(path)
 	var held *hostlock.HeldError
 	if errors.As(err, &held) {
 		return fmt.Errorf("--cgroup-root %s is %w; give this agent its own --cgroup-root", m.cfg.CgroupRoot, held)
@@ -41,13 +41,17 @@ func (m *Manager) claim() error {
 		if _, err := os.Stat(prev); err == nil {
 			pods, err := m.PodCgroups()
 			if err != nil || len(pods) > 0 {
-				lock.Release()
-				return fmt.Errorf("--cgroup-root %s holds %d pod cgroups of the minilet with root dir %s, which is not running "+
-					"(start it again, or stop its pods), so they are not this agent's to clean up; give this agent its own --cgroup-root: %w",
-					m.cfg.CgroupRoot, len(pods), prev, errors.Join(err, errdefs.ErrConflict))
+				lock.Release() // the record still names the agent the pods belong to
+				return errdefs.Classify(fmt.Errorf("--cgroup-root %s holds the cgroups of %d pod(s) that the minilet with root dir %s left running "+
+					"while it is stopped; they are not this agent's to clean up: start that agent again, or give this agent its own --cgroup-root%s",
+					m.cfg.CgroupRoot, len(pods), prev, errSuffix(err)), errdefs.ErrConflict)
 			}
 		}
 		m.log.Info("taking over the cgroup root from a minilet that is not running", "cgroupRoot", m.cfg.CgroupRoot, "previousRootDir", prev)
+	}
+	if err := lock.Record(hostlock.Self(m.cfg.Owner)); err != nil {
+		lock.Release()
+		return fmt.Errorf("--cgroup-root %s: %w", m.cfg.CgroupRoot, err)
 	}
 	m.mu.Lock()
 	m.lock = lock
@@ -70,4 +74,12 @@ func (m *Manager) Close() {
 	defer m.mu.Unlock()
 	m.lock.Release()
 	m.lock = nil
+}
+
+// errSuffix is ": err" for a message that ends with what also failed.
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (listing them: " + err.Error() + ")"
 }

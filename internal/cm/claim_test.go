@@ -80,13 +80,23 @@ func TestCgroupRootWithAStoppedAgentsPodsIsRefused(t *testing.T) {
 
 	_, err := claimedManager(t, first.cfg.CgroupRoot, lockDir, ownerB)
 	if err == nil || !errors.Is(err, errdefs.ErrConflict) ||
-		!strings.Contains(err.Error(), "holds 1 pod cgroups of the minilet with root dir "+ownerA+", which is not running") ||
+		!strings.Contains(err.Error(), "holds the cgroups of 1 pod(s) that the minilet with root dir "+ownerA+" left running while it is stopped") ||
 		!strings.Contains(err.Error(), "give this agent its own --cgroup-root") {
 		t.Fatalf("second Start: %v, want a refusal naming %s and --cgroup-root", err, ownerA)
 	}
 	if !first.Driver().Exists(first.podName(podClass(pod), pod.UID)) {
 		t.Fatal("the stopped agent's pod cgroup is gone")
 	}
+	// The refused agent left the record naming the pods' agent: asked
+	// again, it is refused again, and the first agent comes back.
+	if _, err := claimedManager(t, first.cfg.CgroupRoot, lockDir, ownerB); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("asked again: %v, want a conflict", err)
+	}
+	back, err := claimedManager(t, first.cfg.CgroupRoot, lockDir, ownerA)
+	if err != nil {
+		t.Fatalf("the first agent coming back: %v", err)
+	}
+	back.Close()
 
 	// The first agent's root dir is removed: nobody will come back for
 	// its pods, which are now orphans for whoever takes the root.

@@ -54,10 +54,25 @@ type Lock struct {
 	Previous Holder
 }
 
-// Acquire takes the lock at path without waiting, creating the file and
-// its directory if needed, and records me in it. If a live process holds
-// it, the error is a *HeldError naming that process.
+// Acquire takes the lock at path (see TryLock) and records me in it.
 func Acquire(path string, me Holder) (*Lock, error) {
+	l, err := TryLock(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Record(me); err != nil {
+		l.Release()
+		return nil, err
+	}
+	return l, nil
+}
+
+// TryLock takes the lock at path without waiting, creating the file and
+// its directory if needed, and reads the last holder's record into
+// Previous; it records nothing, so that a caller who decides not to keep
+// the lock leaves the record as it was. If a live process holds the
+// lock, the error is a *HeldError naming that process.
+func TryLock(path string) (*Lock, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
@@ -74,11 +89,15 @@ func Acquire(path string, me Holder) (*Lock, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	prev, _ := readHolder(f) // a torn or foreign record is no holder
-	if err := writeHolder(f, me); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("lock %s: recording the holder: %w", path, err)
-	}
 	return &Lock{f: f, Previous: prev}, nil
+}
+
+// Record writes me as the lock's holder.
+func (l *Lock) Record(me Holder) error {
+	if err := writeHolder(l.f, me); err != nil {
+		return fmt.Errorf("lock %s: recording the holder: %w", l.f.Name(), err)
+	}
+	return nil
 }
 
 // Release drops the lock; the file and its record stay. Release is
