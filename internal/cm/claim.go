@@ -27,7 +27,7 @@ func (m *Manager) claim() error {
 	if m.cfg.Owner == "" {
 		return nil
 	}
-	path := filepath.Join(m.cfg.LockDir, url.PathEscape(m.driver.Path(m.root))+".lock")
+	path := LockFile(m.cfg.LockDir, m.driver.Path(m.root))
 	lock, err := hostlock.TryLock(path)
 	var held *hostlock.HeldError
 	if errors.As(err, &held) {
@@ -57,6 +57,14 @@ func (m *Manager) claim() error {
 	m.lock = lock
 	m.mu.Unlock()
 	return nil
+}
+
+// LockFile is the lock file in lockDir of the cgroup root at cgroupPath
+// (as the driver names it, e.g. "/minilet"). Lock files are never
+// removed while agents may run: a removed lock file could be held by one
+// agent and re-created for another.
+func LockFile(lockDir, cgroupPath string) string {
+	return filepath.Join(lockDir, url.PathEscape(cgroupPath)+".lock")
 }
 
 // claimed reports whether this manager may clean up below the cgroup
