@@ -44,6 +44,13 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := os.MkdirAll(cfg.RootDir, 0o750); err != nil {
 		return fmt.Errorf("--root-dir %s: %w", cfg.RootDir, err)
 	}
+	// One agent per root dir, cgroup root and device-plugin dir (the
+	// latter two are taken below, before anything there is touched).
+	unlock, err := lockRootDir(cfg)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if len(cfg.Ignored) > 0 {
 		log.Warn("the configuration file sets fields minilet reads but does not act on; they have no effect",
 			"file", cfg.File, "fields", cfg.Ignored)
@@ -96,19 +103,21 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// Device plugins, then cgroups (which count the devices' resources).
 	devices, err := devicemanager.New(devicemanager.Config{
 		PluginDir:          cfg.DevicePluginDir,
+		Owner:              cfg.RootDir,
 		PodResourcesSocket: filepath.Join(cfg.RootDir, "pod-resources", "kubelet.sock"),
 	}, devicemanager.PodListerFunc(pods.Active), clk, log)
 	if err != nil {
 		return fmt.Errorf("--device-plugin-dir: %w", err)
 	}
 	if err := devices.Start(ctx); err != nil {
-		return fmt.Errorf("starting the device manager in --device-plugin-dir %s: %w", cfg.DevicePluginDir, err)
+		return heldBy(config.FlagDevicePluginDir, cfg.DevicePluginDir, err)
 	}
 	bg.onStop(devices.Stop)
 	cgroups, err := cm.New(cgroupConfig(cfg, devices, recorder, log))
 	if err != nil {
 		return err
 	}
+	defer cgroups.Close()
 	if err := cgroups.Start(ctx); err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ func cgroupConfig(cfg *config.Config, devices *devicemanager.Manager, recorder e
 	return cm.Config{
 		NodeName:               cfg.NodeName,
 		RootDir:                cfg.RootDir,
+		Owner:                  cfg.RootDir,
 		CgroupRoot:             cfg.CgroupRoot,
 		CgroupsPerQOS:          cfg.CgroupsPerQOS,
 		CgroupDriver:           cfg.CgroupDriver,

@@ -31,6 +31,13 @@ type Config struct {
 	// CgroupRoot is --cgroup-root, the cgroupfs path under which kubepods
 	// lives (e.g. "/minilet"). Default "/".
 	CgroupRoot string
+	// Owner is the agent's root dir. When set, Start takes CgroupRoot for
+	// this agent alone (a lock in LockDir, held until Close or the
+	// process's death) and refuses a root another agent holds or left pods
+	// in. Default "": no lock (tests).
+	Owner string
+	// LockDir holds the cgroup roots' lock files. Default DefaultLockDir.
+	LockDir string
 	// CgroupsPerQOS is --cgroups-per-qos (the kubelet defaults it to true):
 	// create kubepods, the QoS tiers and a cgroup per pod. When false, pods
 	// are placed directly in CgroupRoot and no pod cgroups are made.

@@ -22,7 +22,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/cm/cgroups"
+	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/events"
+	"github.com/minilet/minilet/internal/hostlock"
 	"github.com/minilet/minilet/internal/qos"
 )
 
@@ -61,6 +63,7 @@ type Manager struct {
 	allocatable v1.ResourceList
 
 	mu   sync.Mutex
+	lock *hostlock.Lock // on root, from Start to Close (see claim)
 	pods map[types.UID]*podEntry
 	// lastTiers are the values last written to the QoS tiers.
 	lastTiers map[v1.PodQOSClass]tierValues
@@ -89,6 +92,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.RootDir == "" {
 		cfg.RootDir = "/"
+	}
+	if cfg.LockDir == "" {
+		cfg.LockDir = DefaultLockDir
 	}
 	if cfg.MaxPods == 0 {
 		cfg.MaxPods = DefaultMaxPods
@@ -143,9 +149,13 @@ func (m *Manager) Driver() cgroups.Driver { return m.driver }
 // Start creates the hierarchy: kubepods (cpu shares from allocatable cpu,
 // memory limited to capacity minus reservations when "pods" is enforced)
 // and the burstable and besteffort tiers. It fails, naming --cgroup-root,
-// when they cannot be created.
+// when they cannot be created, or when the root is not this agent's to
+// take (see claim; Close gives it back).
 func (m *Manager) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := m.claim(); err != nil {
 		return err
 	}
 	if !m.cfg.CgroupsPerQOS {
@@ -317,30 +327,70 @@ func (m *Manager) removeHybridLeftover(path string) {
 
 // CleanupOrphans removes the cgroups of pods not in keep (killing what is
 // left in them); the pods in keep are never touched. Call it at start with
-// the pods that still exist.
+// the pods that still exist. It reaches only below this agent's kubepods:
+// the agent holds --cgroup-root alone (see the agent's host locks).
 func (m *Manager) CleanupOrphans(ctx context.Context, keep map[types.UID]bool) error {
-	if !m.cfg.CgroupsPerQOS {
-		return nil
+	if !m.claimed() {
+		return fmt.Errorf("--cgroup-root %s: not cleaning up pod cgroups: this agent does not hold the cgroup root: %w", m.cfg.CgroupRoot, errdefs.ErrConflict)
 	}
+	found, err := m.podCgroups()
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, pc := range found {
+		if keep[pc.uid] {
+			continue
+		}
+		m.log.Info("removing orphaned pod cgroup", "podUID", pc.uid, "cgroup", m.driver.Path(pc.name))
+		if err := m.RemovePod(ctx, pc.uid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PodCgroups lists the UIDs of the pod cgroups below kubepods, whoever
+// made them: a starting agent asks before it takes over a cgroup root
+// another agent used (and may still have pods in). None without
+// cgroups-per-qos.
+func (m *Manager) PodCgroups() ([]types.UID, error) {
+	found, err := m.podCgroups()
+	uids := make([]types.UID, 0, len(found))
+	for _, pc := range found {
+		uids = append(uids, pc.uid)
+	}
+	return uids, err
+}
+
+type podCgroup struct {
+	uid  types.UID
+	name cgroups.Name
+}
+
+// podCgroups finds the pod cgroups in kubepods and its QoS tiers.
+func (m *Manager) podCgroups() ([]podCgroup, error) {
+	if !m.cfg.CgroupsPerQOS {
+		return nil, nil
+	}
+	var found []podCgroup
 	var errs []error
 	for _, parent := range []cgroups.Name{m.kubepods, m.kubepods.Child(burstableName), m.kubepods.Child(besteffortName)} {
+		if !m.driver.Exists(parent) {
+			continue
+		}
 		kids, err := m.driver.Children(parent)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		for _, k := range kids {
-			uid, ok := m.podUIDFromChild(k)
-			if !ok || keep[uid] {
-				continue
-			}
-			m.log.Info("removing orphaned pod cgroup", "podUID", uid, "cgroup", m.driver.Path(parent.Child(k)))
-			if err := m.RemovePod(ctx, uid); err != nil {
-				errs = append(errs, err)
+			if uid, ok := m.podUIDFromChild(k); ok {
+				found = append(found, podCgroup{uid: uid, name: parent.Child(k)})
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return found, errors.Join(errs...)
 }
 
 // podUIDFromChild reads a pod UID back from a child cgroup's directory

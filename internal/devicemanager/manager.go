@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/hostlock"
 )
 
 // Defaults for Config fields left empty.
@@ -38,6 +39,9 @@ const (
 	DefaultPluginDir = "/var/lib/kubelet/device-plugins"
 	// KubeletSocket is the Registration socket's file name inside the plugin dir.
 	KubeletSocket = "kubelet.sock"
+	// LockName is the lock file inside the plugin dir: the agent that
+	// serves kubelet.sock there holds it (see Start).
+	LockName = "minilet.lock"
 	// CheckpointName is the checkpoint's file name inside the plugin dir. It
 	// differs from the kubelet's own file so that the two never read each
 	// other's (differently shaped) state.
@@ -63,6 +67,9 @@ type Config struct {
 	GracePeriod time.Duration
 	// RPCTimeout bounds each call into a plugin; default DefaultRPCTimeout.
 	RPCTimeout time.Duration
+	// Owner is the agent's root dir, recorded in the plugin dir's lock so
+	// that a second agent's error names the first. Default "".
+	Owner string
 	// PluginWait is how long Allocate waits for a plugin that registered
 	// before (in this run or the last one) but is not connected now, e.g.
 	// right after an agent restart; default 0: fail at once, like the
@@ -110,6 +117,7 @@ type Manager struct {
 	runCtx context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // endpoint goroutines
+	lock   *hostlock.Lock // the plugin dir's, from Start to Stop
 	reg    *regServer
 	podRes *podResourcesServer
 	once   sync.Once
@@ -173,17 +181,25 @@ func New(cfg Config, pods PodLister, clk clock.PassiveClock, log *slog.Logger) (
 	}, nil
 }
 
-// Start prepares the plugin directory (removing stale sockets so that
-// plugins notice and re-register), restores the checkpoint, and serves the
-// Registration service (and the pod-resources API when configured) until
-// ctx ends or Stop is called. Call it once.
+// Start takes the plugin directory for this agent (a *hostlock.HeldError
+// while another live agent serves there: its kubelet.sock, the plugins'
+// sockets and the checkpoint are that agent's), prepares it (removing
+// stale sockets so that plugins notice and re-register), restores the
+// checkpoint, and serves the Registration service (and the pod-resources
+// API when configured) until ctx ends or Stop is called. Call it once.
 func (m *Manager) Start(ctx context.Context) error {
 	if err := os.MkdirAll(m.cfg.PluginDir, 0o750); err != nil {
 		return fmt.Errorf("device manager: create plugin dir: %w", err)
 	}
+	lock, err := hostlock.Acquire(filepath.Join(m.cfg.PluginDir, LockName), hostlock.Self(m.cfg.Owner))
+	if err != nil {
+		return fmt.Errorf("device manager: plugin dir %s: %w", m.cfg.PluginDir, err)
+	}
 	if err := removeStaleSockets(m.cfg.PluginDir); err != nil {
+		lock.Release()
 		return fmt.Errorf("device manager: clean plugin dir %s: %w", m.cfg.PluginDir, err)
 	}
+	m.lock = lock
 	m.restoreCheckpoint()
 
 	m.runCtx, m.cancel = context.WithCancel(ctx)
@@ -192,6 +208,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err != nil {
 		m.cancel()
 		m.ckpt.stopped()
+		m.lock.Release()
 		return err
 	}
 	m.reg = reg
@@ -201,6 +218,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			reg.stop()
 			m.cancel()
 			m.ckpt.stopped()
+			m.lock.Release()
 			return err
 		}
 		m.podRes = pr
@@ -240,6 +258,7 @@ func (m *Manager) Stop() {
 		if m.cancel != nil {
 			m.ckpt.stopped() // the writer flushes what is pending first
 		}
+		m.lock.Release() // last: the checkpoint is written
 	})
 	<-m.done
 }

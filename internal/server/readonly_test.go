@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/minilet/minilet/internal/errdefs"
 )
 
 // The read-only port serves what the kubelet's does, and never logs,
@@ -29,6 +33,84 @@ func TestReadOnlyServesOnlyTheKubeletsReadOnlyEndpoints(t *testing.T) {
 			t.Errorf("%s on the read-only port: %d %s, want 404", p, code, body)
 		}
 	}
+}
+
+// No stream on the read-only port: exec, attach, run and port-forward, by
+// either method and path form, are 404 and never reach the runtime, even
+// with every provider (streams, node logs, profiling) configured; the
+// full API routes the same requests to the runtime.
+func TestReadOnlyNeverExecsAttachesOrForwards(t *testing.T) {
+	cfg := configFor(newFake(t))
+	trip := &tripwireStreamer{}
+	cfg.Streams, cfg.NodeLogDir, cfg.Profiling = trip, t.TempDir(), true
+	ro := httptest.NewServer(NewReadOnly(cfg).Handler())
+	defer ro.Close()
+	full := httptest.NewServer(New(cfg).Handler())
+	defer full.Close()
+	paths := []string{
+		"/exec/default/web-node1/nginx?command=id&output=1",
+		"/exec/default/web-node1/u1/nginx?command=id&output=1",
+		"/attach/default/web-node1/nginx?output=1",
+		"/attach/default/web-node1/u1/nginx?output=1",
+		"/portForward/default/web-node1?port=80",
+		"/portForward/default/web-node1/u1?port=80",
+		"/run/default/web-node1/nginx?cmd=id",
+		"/run/default/web-node1/u1/nginx?cmd=id",
+	}
+	for _, p := range paths {
+		for _, m := range []string{http.MethodGet, http.MethodPost} {
+			req, _ := http.NewRequest(m, ro.URL+p, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				t.Errorf("%s %s on the read-only port: %d, want 404", m, p, resp.StatusCode)
+			}
+		}
+	}
+	for _, p := range []string{"/logs/", "/debug/pprof/", "/debug/pprof/cmdline"} {
+		if code, _ := get(t, ro.URL+p); code != http.StatusNotFound {
+			t.Errorf("%s on the read-only port: %d, want 404", p, code)
+		}
+	}
+	if trip.calls != 0 {
+		t.Fatalf("the read-only port reached the runtime's streams %d times", trip.calls)
+	}
+	// The same request on the full API reaches the runtime: the 404s
+	// above are the port's, not a broken route.
+	resp, err := http.Post(full.URL+"/run/default/web-node1/nginx?cmd=id", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if trip.calls != 1 {
+		t.Errorf("/run on the full API: %d, %d runtime calls, want 1", resp.StatusCode, trip.calls)
+	}
+}
+
+// tripwireStreamer counts every request that reaches the runtime.
+type tripwireStreamer struct{ calls int }
+
+func (s *tripwireStreamer) ExecURL(context.Context, *v1.Pod, string, []string, StreamOptions) (*url.URL, error) {
+	s.calls++
+	return nil, errdefs.ErrUnavailable
+}
+
+func (s *tripwireStreamer) AttachURL(context.Context, *v1.Pod, string, StreamOptions) (*url.URL, error) {
+	s.calls++
+	return nil, errdefs.ErrUnavailable
+}
+
+func (s *tripwireStreamer) PortForwardURL(context.Context, *v1.Pod, []int32) (*url.URL, error) {
+	s.calls++
+	return nil, errdefs.ErrUnavailable
+}
+
+func (s *tripwireStreamer) Run(context.Context, *v1.Pod, string, []string) ([]byte, error) {
+	s.calls++
+	return []byte("ran"), nil
 }
 
 // The full API is behind its guard: whatever it refuses never reaches a

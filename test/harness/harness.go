@@ -24,6 +24,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/minilet/minilet/internal/cm"
 	"github.com/minilet/minilet/internal/cri/embedded/podnet/podnettest"
 	"github.com/minilet/minilet/internal/cri/remote"
 	"github.com/minilet/minilet/internal/pki"
@@ -125,6 +126,8 @@ func New(t testing.TB) *Agent {
 			t.Logf("agent log:\n%s", a.Logs())
 		}
 		a.killPods()
+		// The test's cgroup root is gone: so is any use of its lock.
+		_ = os.Remove(cm.LockFile(cm.DefaultLockDir, a.CgroupRoot))
 		unmountUnder(base) // tmpfs of secret and projected volumes
 		_ = os.RemoveAll(base)
 	})
