@@ -227,10 +227,12 @@ func startInCgroup(dir string, spec *Spec, stdin *os.File) (*exec.Cmd, *os.File,
 }
 
 // needsInit reports whether the container starts through the container
-// init: containers from images, and host-image containers with mounts
-// (which get a mount namespace of their own). Others run their command
-// directly, in the host's namespaces.
-func needsInit(spec *Spec) bool { return spec.Rootfs != nil || len(spec.Mounts) > 0 }
+// init: containers from images, and host-image containers with mounts or
+// a security context to enforce (which get a mount namespace of their
+// own). Others run their command directly, in the host's namespaces.
+func needsInit(spec *Spec) bool {
+	return spec.Rootfs != nil || len(spec.Mounts) > 0 || spec.Security != nil
+}
 
 // ownCgroups are the directories of the cgroups this process is in now,
 // in the hierarchies of dirs.

@@ -91,6 +91,10 @@ type Spec struct {
 	// namespace of the container's own. (A container from an image has
 	// them in Rootfs.)
 	Mounts []BindMount `json:"mounts,omitempty"`
+	// Security confines the container (any image); nil leaves a
+	// host-image container as the monitor starts it: root with every
+	// capability, in the host's namespaces.
+	Security *Security `json:"security,omitempty"`
 }
 
 // CgroupDir is a container's cgroup in one hierarchy: Dir the cgroup
@@ -105,15 +109,12 @@ type CgroupDir struct {
 
 // RootfsSpec is the part of the monitor spec the container init needs.
 type RootfsSpec struct {
-	Lower    []string    `json:"lower,omitempty"` // layer dirs, top first (overlay lowerdir order)
-	Upper    string      `json:"upper,omitempty"`
-	Work     string      `json:"work,omitempty"`
-	Merged   string      `json:"merged"`
-	Copy     bool        `json:"copy,omitempty"`
-	User     UserSpec    `json:"user"`
-	Mounts   []BindMount `json:"mounts,omitempty"`
-	Caps     *uint64     `json:"caps,omitempty"`
-	ReadOnly bool        `json:"readOnly,omitempty"`
+	Lower  []string    `json:"lower,omitempty"` // layer dirs, top first (overlay lowerdir order)
+	Upper  string      `json:"upper,omitempty"`
+	Work   string      `json:"work,omitempty"`
+	Merged string      `json:"merged"`
+	Copy   bool        `json:"copy,omitempty"`
+	Mounts []BindMount `json:"mounts,omitempty"`
 }
 
 // UserSpec is who the container process runs as, resolved inside the
