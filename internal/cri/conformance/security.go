@@ -30,6 +30,13 @@ grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/s
 echo "procsys: $(awk '$2=="/proc/sys" {split($4, o, ","); print o[1]}' /proc/self/mounts | tail -n 1)"
 echo "timer_list: $(wc -c < /proc/timer_list 2>/dev/null || echo unreadable)"`
 
+// The masked and read-only paths the kubelet sends for procMount Default.
+var (
+	kubeletMaskedPaths = []string{"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap"}
+	kubeletReadonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
 type securityCase struct {
 	name string
 	sc   *runtimeapi.LinuxContainerSecurityContext
@@ -46,7 +53,9 @@ func (s *suite) testSecurityContext(t *testing.T) {
 	cases := []securityCase{
 		{"default", nil, map[string]string{
 			"uid": "0", "CapEff": caps(defaultCaps), "CapPrm": caps(defaultCaps), "CapBnd": caps(defaultCaps),
-			"CapInh": caps(0), "CapAmb": caps(0), "NoNewPrivs": "0", "Seccomp": "0", "procsys": "ro", "timer_list": "0"}},
+			"CapInh": caps(0), "CapAmb": caps(0), "NoNewPrivs": "0", "Seccomp": "0"}},
+		{"procMount Default", &runtimeapi.LinuxContainerSecurityContext{MaskedPaths: kubeletMaskedPaths, ReadonlyPaths: kubeletReadonlyPaths},
+			map[string]string{"procsys": "ro", "timer_list": "0"}},
 		{"runAsUser and groups", &runtimeapi.LinuxContainerSecurityContext{
 			RunAsUser: &runtimeapi.Int64Value{Value: 1000}, RunAsGroup: &runtimeapi.Int64Value{Value: 3000}, SupplementalGroups: []int64{4000}},
 			map[string]string{"uid": "1000", "gid": "3000", "groups": "3000 4000", "CapEff": caps(0), "CapPrm": caps(0), "CapBnd": caps(defaultCaps)}},
@@ -72,6 +81,11 @@ func (s *suite) testSecurityContext(t *testing.T) {
 	}
 	rt := s.runtime(t)
 	p := s.newPod(t, rt, nil)
+	// As the kubelet does, a privileged container runs in a privileged
+	// sandbox (containerd refuses it elsewhere).
+	privileged := s.newPodWith(t, rt, nil, func(cfg *runtimeapi.PodSandboxConfig) {
+		cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{Privileged: true}
+	})
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			script := securityScript
@@ -80,7 +94,11 @@ func (s *suite) testSecurityContext(t *testing.T) {
 			}
 			cfg := s.containerConfig(fmt.Sprintf("sec%d", i), "/bin/sh", "-c", script)
 			cfg.Linux.SecurityContext = tc.sc
-			got := s.runReport(t, rt, p, cfg)
+			in := p
+			if tc.sc.GetPrivileged() {
+				in = privileged
+			}
+			got := s.runReport(t, rt, in, cfg)
 			for k, want := range tc.want {
 				if got[k] != want {
 					t.Errorf("%s: %q, want %q (report %v)", k, got[k], want, got)
