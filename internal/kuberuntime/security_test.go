@@ -25,7 +25,7 @@ func TestSecurityContextMerge(t *testing.T) {
 	}
 	pod.Spec.Containers[0].SecurityContext = &v1.SecurityContext{
 		RunAsUser: ptr[int64](1500), AllowPrivilegeEscalation: ptr(false), ReadOnlyRootFilesystem: ptr(true),
-		Capabilities: &v1.Capabilities{Add: []v1.Capability{"NET_ADMIN"}, Drop: []v1.Capability{"ALL"}},
+		Capabilities:   &v1.Capabilities{Add: []v1.Capability{"NET_ADMIN"}, Drop: []v1.Capability{"ALL"}},
 		SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr("audit.json")},
 	}
 	cfg, err := e.m.containerConfig(context.Background(), pod, &pod.Spec.Containers[0], 0, "")

@@ -242,3 +242,33 @@ func ownBoundingSet(t *testing.T) uint64 {
 	t.Fatal("no CapBnd in /proc/self/status")
 	return 0
 }
+
+// testExecConfined: a command exec'd into a running container is confined
+// as the container is: its user, capabilities, no_new_privs and seccomp.
+func (s *suite) testExecConfined(t *testing.T) {
+	rt := s.runtime(t)
+	p := s.newPod(t, rt, nil)
+	cfg := s.containerConfig("confined", "sleep", "1000")
+	cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{
+		RunAsUser: &runtimeapi.Int64Value{Value: 1000}, NoNewPrivs: true,
+		Seccomp:      &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
+		Capabilities: &runtimeapi.Capability{DropCapabilities: []string{"ALL"}},
+	}
+	id := s.run(t, rt, p, cfg)
+	t.Cleanup(func() { _ = rt.StopContainer(context.Background(), id, 0) })
+	stdout, stderr, err := rt.ExecSync(context.Background(), id, []string{"/bin/sh", "-c", securityScript}, waitTimeout)
+	if err != nil {
+		t.Fatalf("ExecSync: %v (stderr %q)", err, stderr)
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(string(stdout), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			got[k] = strings.TrimSpace(v)
+		}
+	}
+	for k, want := range map[string]string{"uid": "1000", "NoNewPrivs": "1", "Seccomp": "2", "CapBnd": "0000000000000000", "CapEff": "0000000000000000"} {
+		if got[k] != want {
+			t.Errorf("exec's %s: %q, want %q (report %v)", k, got[k], want, got)
+		}
+	}
+}

@@ -89,7 +89,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) RuntimeUnderTest, opts ...O
 }
 
 // RunSecurity runs only the security-context part of the suite (which needs
-// /bin/sh, id, grep, awk, wc, tr, mktemp and tail in the image), for images
+// /bin/sh, id, grep, awk, wc, tr, mktemp, tail and sleep in the image), for images
 // that lack what the rest needs.
 func RunSecurity(t *testing.T, newRuntime func(t *testing.T) RuntimeUnderTest, opts ...Option) {
 	o := Options{Image: "host", CgroupMount: "/sys/fs/cgroup"}
@@ -116,6 +116,7 @@ func securityTests(s *suite) []namedTest {
 		{"ReadOnlyRoot", s.testReadOnlyRoot},
 		{"SeccompLocalhostMissing", s.testSeccompLocalhostMissing},
 		{"Sysctls", s.testSysctls},
+		{"ExecConfined", s.testExecConfined},
 	}
 }
 

@@ -31,7 +31,7 @@ func busyboxArchive(t *testing.T) []byte {
 		testlayer.File("etc/group", "root:x:0:\n", 0o644),
 		testlayer.Dir("tmp/", 0o1777),
 	}
-	for _, applet := range []string{"sh", "id", "grep", "tr", "awk", "wc", "tail", "mktemp", "cat", "rm", "rmdir", "mkdir", "echo"} {
+	for _, applet := range []string{"sh", "id", "grep", "tr", "awk", "wc", "tail", "mktemp", "cat", "rm", "rmdir", "mkdir", "echo", "sleep"} {
 		entries = append(entries, testlayer.Symlink("bin/"+applet, "busybox"))
 	}
 	img := testImage(t, v1.Config{Env: []string{"PATH=/bin"}}, testlayer.Tar(t, entries...))

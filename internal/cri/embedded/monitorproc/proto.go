@@ -39,6 +39,10 @@ const (
 	// of a host-image container with mounts (value: its process as the
 	// host sees it), in TrampolineDirEnv.
 	TrampolineMntEnv = TrampolineEnv + "_MNT"
+	// TrampolineSpecEnv makes the exec trampoline confine the command as
+	// the container is (value: the container's monitor Spec file, whose
+	// Security it applies).
+	TrampolineSpecEnv = TrampolineEnv + "_SPEC"
 )
 
 // argv[0] of the helper processes.
