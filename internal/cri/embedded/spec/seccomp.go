@@ -94,7 +94,7 @@ func seccompKind(sc *runtimeapi.LinuxContainerSecurityContext) (runtimeapi.Secur
 	if p := sc.GetSeccomp(); p != nil {
 		return p.GetProfileType(), p.GetLocalhostRef()
 	}
-	switch path := sc.GetSeccompProfilePath(); {
+	switch path := sc.GetSeccompProfilePath(); { //nolint:staticcheck // older CRI clients still send it; ignoring it would run them unconfined
 	case path == "runtime/default" || path == "docker/default":
 		return runtimeapi.SecurityProfile_RuntimeDefault, ""
 	case strings.HasPrefix(path, "localhost/"):

@@ -67,7 +67,7 @@ func unsupported(sc *runtimeapi.LinuxContainerSecurityContext, sandbox *runtimea
 	if p := sc.GetApparmor(); p != nil && p.GetProfileType() != runtimeapi.SecurityProfile_Unconfined {
 		return fail("securityContext.appArmorProfile", "AppArmor profiles are not supported by the embedded runtime")
 	}
-	if p := sc.GetApparmorProfile(); p != "" && p != "unconfined" {
+	if p := sc.GetApparmorProfile(); p != "" && p != "unconfined" { //nolint:staticcheck // older CRI clients still send it; it must not be ignored silently
 		return fail("securityContext.appArmorProfile", "AppArmor profiles are not supported by the embedded runtime")
 	}
 	if o := sc.GetSelinuxOptions(); o.GetUser() != "" || o.GetRole() != "" || o.GetType() != "" || o.GetLevel() != "" {
