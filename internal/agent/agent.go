@@ -174,6 +174,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		PodCgroups:            cgroups,
 		ContainerOptions:      devices,
 		MaxParallelImagePulls: kuberuntime.PullParallelism(cfg.SerializeImagePulls, cfg.MaxParallelImagePulls),
+		SeccompDefault:        cfg.SeccompDefault,
+		SeccompProfileRoot:    filepath.Join(cfg.RootDir, "seccomp"),
+		AllowedUnsafeSysctls:  cfg.Raw.AllowedUnsafeSysctls,
 	})
 
 	// The core's per-pod steps, run by one worker per pod.

@@ -58,6 +58,7 @@ func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.
 		CPUCFSQuota:                 *kc.CPUCFSQuota,
 		CPUCFSQuotaPeriod:           kc.CPUCFSQuotaPeriod.Duration,
 		PodPidsLimit:                *kc.PodPidsLimit,
+		SeccompDefault:              kc.SeccompDefault != nil && *kc.SeccompDefault,
 		EnforceNodeAllocatable:      kc.EnforceNodeAllocatable,
 		EvictionMaxPodGracePeriod:   time.Duration(kc.EvictionMaxPodGracePeriod) * time.Second,
 		ImageGCHighThresholdPercent: int(*kc.ImageGCHighThresholdPercent),

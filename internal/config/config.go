@@ -88,12 +88,16 @@ type Config struct {
 	NodeStatusMaxImages       int           // nodeStatusMaxImages; default 50, -1 = no limit
 
 	// Cgroups and resources.
-	CgroupRoot             string          // cgroupRoot / --cgroup-root; default /minilet (the kubelet's is "/")
-	CgroupsPerQOS          bool            // default true
-	CgroupDriver           string          // cgroupfs (default) or systemd
-	CPUCFSQuota            bool            // default true
-	CPUCFSQuotaPeriod      time.Duration   // default 100ms
-	PodPidsLimit           int64           // default -1 (no limit)
+	CgroupRoot        string        // cgroupRoot / --cgroup-root; default /minilet (the kubelet's is "/")
+	CgroupsPerQOS     bool          // default true
+	CgroupDriver      string        // cgroupfs (default) or systemd
+	CPUCFSQuota       bool          // default true
+	CPUCFSQuotaPeriod time.Duration // default 100ms
+	PodPidsLimit      int64         // default -1 (no limit)
+	// SeccompDefault gives containers without a seccompProfile the
+	// runtime's default profile instead of Unconfined: seccompDefault /
+	// --seccomp-default; default false.
+	SeccompDefault         bool
 	KubeReserved           v1.ResourceList // default none
 	SystemReserved         v1.ResourceList // default none
 	EnforceNodeAllocatable []string        // default [pods]

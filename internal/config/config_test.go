@@ -88,6 +88,7 @@ func TestDefaults(t *testing.T) {
 				{"PodPidsLimit", c.PodPidsLimit, int64(-1)},
 				{"RegistryPullQPS", c.RegistryPullQPS, 5},
 				{"SerializeImagePulls", c.SerializeImagePulls, true},
+				{"SeccompDefault", c.SeccompDefault, false},
 				{"ContainerLogMaxSize", c.ContainerLogMaxSize, int64(10 << 20)},
 				{"ContainerLogMaxFiles", c.ContainerLogMaxFiles, 5},
 				{"ContainerLogMonitorInterval", c.ContainerLogMonitorInterval, 10 * time.Second},
@@ -327,5 +328,19 @@ func TestConfigFileThatIsNotABoundedRegularFile(t *testing.T) {
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("%s: error is not InvalidArgument: %v", path, err)
 		}
+	}
+}
+
+// seccompDefault comes from the file or --seccomp-default, the flag winning.
+func TestSeccompDefault(t *testing.T) {
+	file := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nseccompDefault: true\n"
+	if c := mustLoad(t, file); !c.SeccompDefault {
+		t.Error("seccompDefault: true in the file was not taken")
+	}
+	if c := mustLoad(t, file, "--seccomp-default=false"); c.SeccompDefault {
+		t.Error("--seccomp-default=false did not override the file")
+	}
+	if c := mustLoad(t, "", "--seccomp-default"); !c.SeccompDefault {
+		t.Error("--seccomp-default was not taken")
 	}
 }

@@ -61,6 +61,7 @@ type Options struct {
 	ClusterDNS               []string          // clusterDNS
 	ClusterDomain            string            // clusterDomain
 	ResolvConf               string            // resolvConf
+	SeccompDefault           bool              // seccompDefault
 }
 
 // Flag names, as the kubelet spells them.
@@ -102,6 +103,7 @@ const (
 	FlagSyncFrequency            = "sync-frequency"
 	FlagPodMaxPids               = "pod-max-pids"
 	FlagSerializeImagePulls      = "serialize-image-pulls"
+	FlagSeccompDefault           = "seccomp-default"
 	FlagLogLevel                 = "log-level"
 	FlagVerbosity                = "v"
 	FlagClusterDNS               = "cluster-dns"
@@ -170,6 +172,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.DurationVar(&o.SyncFrequency, FlagSyncFrequency, time.Minute, "maximum period between pod syncs")
 	fs.Int64Var(&o.PodMaxPids, FlagPodMaxPids, -1, "maximum processes per pod; -1 = no limit")
 	fs.BoolVar(&o.SerializeImagePulls, FlagSerializeImagePulls, true, "pull one image at a time")
+	fs.BoolVar(&o.SeccompDefault, FlagSeccompDefault, false, "give containers without a seccompProfile the runtime's default profile (RuntimeDefault) instead of Unconfined")
 	fs.StringVar(&o.LogLevel, FlagLogLevel, "", "log level: debug, info, warn or error (default info)")
 	fs.StringArrayVar(&o.PinnedImages, "pinned-image", nil, "image that image garbage collection never removes (repeatable)")
 	fs.DurationVar(&o.ImageGCPeriod, "image-gc-period", 5*time.Minute, "how often image garbage collection runs")

@@ -212,6 +212,9 @@ func applyFlags(kc *kubeletv1beta1.KubeletConfiguration, o *Options, changed fun
 	if changed(FlagSerializeImagePulls) {
 		kc.SerializeImagePulls = ptr(o.SerializeImagePulls)
 	}
+	if changed(FlagSeccompDefault) {
+		kc.SeccompDefault = ptr(o.SeccompDefault)
+	}
 	return nil
 }
 

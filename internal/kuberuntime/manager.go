@@ -92,6 +92,15 @@ type Config struct {
 	// RuntimeName is the Type of the container IDs the manager reports
 	// (the "containerd" of "containerd://<id>"). Default "minilet".
 	RuntimeName string
+	// SeccompDefault gives containers without a seccompProfile
+	// RuntimeDefault instead of Unconfined (the kubelet's seccompDefault).
+	SeccompDefault bool
+	// SeccompProfileRoot is where Localhost seccomp profiles are, as the
+	// kubelet's <root-dir>/seccomp. Required for Localhost profiles.
+	SeccompProfileRoot string
+	// AllowedUnsafeSysctls are sysctls (or "prefix*") pods may set beyond
+	// the safe set; default none.
+	AllowedUnsafeSysctls []string
 
 	// Volumes says where each pod volume is on the host (the lifecycle
 	// syncer has set them up before containers start). Default: a

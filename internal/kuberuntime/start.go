@@ -51,8 +51,13 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) *runtimeapi.PodSand
 		Annotations:  maps.Clone(pod.Annotations),
 		DnsConfig:    m.dnsConfig(pod),
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns},
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns, Privileged: hasPrivilegedContainer(pod)},
 		},
+	}
+	// Refused sysctls stay out of the sandbox; the containers then fail
+	// with CreateContainerConfigError naming the field.
+	if sysctls, err := m.podSysctls(pod); err == nil {
+		cfg.Linux.Sysctls = sysctls
 	}
 	if m.cfg.PodCgroups != nil {
 		cfg.Linux.CgroupParent = m.cfg.PodCgroups.CgroupParent(pod)
@@ -186,8 +191,15 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		Stdin:       c.Stdin,
 		StdinOnce:   c.StdinOnce,
 		Tty:         c.TTY,
-		Linux:       &runtimeapi.LinuxContainerConfig{SecurityContext: securityContext(pod, c)},
 	}
+	if _, err := m.podSysctls(pod); err != nil {
+		return nil, err
+	}
+	sc, err := m.securityContext(ctx, pod, c)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Linux = &runtimeapi.LinuxContainerConfig{SecurityContext: sc}
 	if m.cfg.PodCgroups != nil {
 		cfg.Linux.Resources = m.cfg.PodCgroups.ContainerResources(pod, c)
 	}
@@ -206,32 +218,4 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		}
 	}
 	return cfg, nil
-}
-
-func securityContext(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxContainerSecurityContext {
-	sc := &runtimeapi.LinuxContainerSecurityContext{}
-	if psc := pod.Spec.SecurityContext; psc != nil {
-		if psc.RunAsUser != nil {
-			sc.RunAsUser = &runtimeapi.Int64Value{Value: *psc.RunAsUser}
-		}
-		if psc.RunAsGroup != nil {
-			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *psc.RunAsGroup}
-		}
-		sc.SupplementalGroups = psc.SupplementalGroups
-	}
-	if csc := c.SecurityContext; csc != nil {
-		if csc.RunAsUser != nil {
-			sc.RunAsUser = &runtimeapi.Int64Value{Value: *csc.RunAsUser}
-		}
-		if csc.RunAsGroup != nil {
-			sc.RunAsGroup = &runtimeapi.Int64Value{Value: *csc.RunAsGroup}
-		}
-		if csc.Privileged != nil {
-			sc.Privileged = *csc.Privileged
-		}
-		if csc.ReadOnlyRootFilesystem != nil {
-			sc.ReadonlyRootfs = *csc.ReadOnlyRootFilesystem
-		}
-	}
-	return sc
 }

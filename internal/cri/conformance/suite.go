@@ -65,10 +65,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) RuntimeUnderTest, opts ...O
 		fn(&o)
 	}
 	s := &suite{opts: o, newRuntime: newRuntime}
-	tests := []struct {
-		name string
-		fn   func(t *testing.T)
-	}{
+	tests := []namedTest{
 		{"Lifecycle", s.testLifecycle},
 		{"ExitCodes", s.testExitCodes},
 		{"Logs", s.testLogs},
@@ -82,11 +79,44 @@ func Run(t *testing.T, newRuntime func(t *testing.T) RuntimeUnderTest, opts ...O
 		{"RestartSurvival", s.testRestartSurvival},
 		{"Images", s.testImages},
 	}
+	tests = append(tests, securityTests(s)...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t)
 		})
+	}
+}
+
+// RunSecurity runs only the security-context part of the suite (which needs
+// /bin/sh, id, grep, awk, wc, tr, mktemp, tail and sleep in the image), for images
+// that lack what the rest needs.
+func RunSecurity(t *testing.T, newRuntime func(t *testing.T) RuntimeUnderTest, opts ...Option) {
+	o := Options{Image: "host", CgroupMount: "/sys/fs/cgroup"}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	s := &suite{opts: o, newRuntime: newRuntime}
+	for _, tc := range securityTests(s) {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t)
+		})
+	}
+}
+
+type namedTest struct {
+	name string
+	fn   func(t *testing.T)
+}
+
+func securityTests(s *suite) []namedTest {
+	return []namedTest{
+		{"SecurityContext", s.testSecurityContext},
+		{"ReadOnlyRoot", s.testReadOnlyRoot},
+		{"SeccompLocalhostMissing", s.testSeccompLocalhostMissing},
+		{"Sysctls", s.testSysctls},
+		{"ExecConfined", s.testExecConfined},
 	}
 }
 
@@ -120,6 +150,12 @@ var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
 // removes both (and the sandbox) when the test ends.
 func (s *suite) newPod(t *testing.T, rt *rtHandle, labels map[string]string) *pod {
 	t.Helper()
+	return s.newPodWith(t, rt, labels, nil)
+}
+
+// newPodWith is newPod with the sandbox config changed by edit first.
+func (s *suite) newPodWith(t *testing.T, rt *rtHandle, labels map[string]string, edit func(*runtimeapi.PodSandboxConfig)) *pod {
+	t.Helper()
 	n := podCounter.Add(1)
 	name := unsafeChars.ReplaceAllString(strings.ToLower(t.Name()), "-")
 	if len(name) > 60 {
@@ -134,6 +170,9 @@ func (s *suite) newPod(t *testing.T, rt *rtHandle, labels map[string]string) *po
 		Annotations:  map[string]string{"test": t.Name()},
 		LogDirectory: t.TempDir(),
 		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: parent},
+	}
+	if edit != nil {
+		edit(cfg)
 	}
 	ctx := context.Background()
 	id, err := rt.RunPodSandbox(ctx, cfg, "")

@@ -39,7 +39,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	var imageID, stopSignal string
 	id := newID()
 	if isHostImage(image) {
-		if proc, err = spec.FromHost(config); err != nil {
+		if proc, err = spec.FromHost(config, sandboxConfig); err != nil {
 			return "", errInvalid("CreateContainer %q in pod %s/%s: %v", name, sb.Namespace, sb.Name, err)
 		}
 		image = hostImage
@@ -51,7 +51,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 			return "", errNotFound("CreateContainer %q in pod %s/%s: image %q is not present", name, sb.Namespace, sb.Name, image)
 		}
 		defer release()
-		if proc, err = spec.FromImage(&img, config); err != nil {
+		if proc, err = spec.FromImage(&img, config, sandboxConfig); err != nil {
 			return "", errInvalid("CreateContainer %q in pod %s/%s: %v", name, sb.Namespace, sb.Name, err)
 		}
 		proc.Rootfs.Copy = !r.canOverlay()
@@ -71,7 +71,7 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 		LogPath: config.GetLogPath(), Args: proc.Args, Env: proc.Env,
 		WorkingDir: proc.WorkingDir, Resources: fromCRIResources(config.GetLinux().GetResources()),
 		CgroupPath: path.Join("/", parent, id), CreatedAt: r.clock.Now().UnixNano(),
-		Stdin: config.GetStdin(), StdinOnce: config.GetStdinOnce(),
+		Stdin: config.GetStdin(), StdinOnce: config.GetStdinOnce(), Security: proc.Security,
 	}
 	if rec.WorkingDir == "" {
 		rec.WorkingDir = "/"

@@ -202,13 +202,16 @@ func TestHostImageContainerMounts(t *testing.T) {
 	})
 }
 
-// A host-image container without mounts in a pod on the host's
-// namespaces stays in the host's mount namespace, and so do its execs.
+// A privileged host-image container without mounts (nothing to enforce)
+// in a pod on the host's namespaces stays in the host's mount namespace,
+// and so do its execs.
 func TestHostImageContainerWithoutMountsSharesHostNamespace(t *testing.T) {
 	requireRoot(t)
 	r := newTestRuntime(t, t.TempDir())
 	sb, _ := testSandboxWith(t, r, hostNamespaces)
-	id := startContainer(t, r, sb, hostContainer("c", "sleep", "1000"))
+	cfg := hostContainer("c", "sleep", "1000")
+	cfg.Linux = &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{Privileged: true}}
+	id := startContainer(t, r, sb, cfg)
 	c, err := r.ctrs.Get(id)
 	if err != nil {
 		t.Fatal(err)

@@ -69,10 +69,17 @@ func runInit() int {
 	case spec.Rootfs == nil:
 		return fail(execOnHost(&spec))
 	}
-	if err := setupRootfs(spec.Rootfs, spec.WorkingDir); err != nil {
+	sec := spec.Security
+	if sec == nil {
+		sec = &Security{Privileged: true}
+	}
+	if err := setupRootfs(spec.Rootfs, spec.WorkingDir, sec.ReadOnlyRoot); err != nil {
 		return fail(err)
 	}
-	cred, home, err := resolveUser(spec.Rootfs.User)
+	if err := confineMounts(sec, false, nil); err != nil {
+		return fail(err)
+	}
+	cred, home, err := resolveUser(sec.User)
 	if err != nil {
 		return fail(err)
 	}
@@ -87,21 +94,17 @@ func runInit() int {
 	if err != nil {
 		return fail(err)
 	}
-	if spec.Rootfs.Caps != nil {
-		if err := limitBoundingSet(*spec.Rootfs.Caps); err != nil {
-			return fail(err)
-		}
-	}
-	if err := setCredential(cred); err != nil {
+	if err := dropPrivileges(sec, cred); err != nil {
 		return fail(err)
 	}
 	return fail(syscall.Exec(path, spec.Args, env))
 }
 
 // execOnHost runs a host-image container's command in the mount namespace
-// the init was started in, once the container's mounts are there: it
-// changes directory and resolves the command afterwards, so that both may
-// lie in a volume. It returns only on failure.
+// the init was started in, once the container's mounts are there and its
+// security context applied (user from the host's /etc/passwd): it changes
+// directory and resolves the command afterwards, so that both may lie in a
+// volume. It returns only on failure.
 func execOnHost(spec *Spec) error {
 	if err := setupHostMounts(spec.Mounts); err != nil {
 		return err
@@ -109,19 +112,39 @@ func execOnHost(spec *Spec) error {
 	if err := dropHeldNamespaces(spec.Pod.HeldUnder); err != nil {
 		return err
 	}
+	env := spec.Env
+	var cred *syscall.Credential
+	if sec := spec.Security; sec != nil {
+		if err := confineMounts(sec, true, spec.Mounts); err != nil {
+			return err
+		}
+		c, home, err := resolveUser(sec.User)
+		if err != nil {
+			return err
+		}
+		cred = c
+		if !hasEnv(env, "HOME") {
+			env = append(env, "HOME="+home)
+		}
+	}
 	if err := os.Chdir(spec.WorkingDir); err != nil {
 		return fmt.Errorf("working directory %s: %w", spec.WorkingDir, err)
 	}
-	path, err := LookPath(spec.Args[0], spec.Env)
+	path, err := LookPath(spec.Args[0], env)
 	if err != nil {
 		return err
 	}
-	return syscall.Exec(path, spec.Args, spec.Env)
+	if cred != nil {
+		if err := dropPrivileges(spec.Security, cred); err != nil {
+			return err
+		}
+	}
+	return syscall.Exec(path, spec.Args, env)
 }
 
 // setupRootfs mounts the container's filesystems, creates the working
 // directory, and pivots into them.
-func setupRootfs(rs *RootfsSpec, workDir string) error {
+func setupRootfs(rs *RootfsSpec, workDir string, readOnly bool) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -178,7 +201,7 @@ func setupRootfs(rs *RootfsSpec, workDir string) error {
 	if wd, err := secureJoin(m, workDir); err != nil || os.MkdirAll(wd, 0o755) != nil {
 		return fmt.Errorf("working directory %s: cannot create it", workDir)
 	}
-	if rs.ReadOnly {
+	if readOnly {
 		if err := unix.Mount("", m, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
 			return fmt.Errorf("make the root filesystem read-only: %w", err)
 		}

@@ -234,11 +234,12 @@ func startInCgroup(dir string, spec *Spec, stdin *os.File) (*exec.Cmd, *os.File,
 }
 
 // needsInit reports whether the container starts through the container
-// init: containers from images, and host-image containers with mounts
-// (which get a mount namespace of their own) or pod namespaces to join.
-// Others run their command directly, in the host's namespaces.
+// init: containers from images, and host-image containers with mounts, a
+// security context to enforce or pod namespaces to join (which get a mount
+// namespace of their own). Others run their command directly, in the
+// host's namespaces.
 func needsInit(spec *Spec) bool {
-	return spec.Rootfs != nil || len(spec.Mounts) > 0 || !spec.Pod.Empty()
+	return spec.Rootfs != nil || len(spec.Mounts) > 0 || spec.Security != nil || !spec.Pod.Empty()
 }
 
 // ownCgroups are the directories of the cgroups this process is in now,

@@ -39,6 +39,10 @@ const (
 	// of a host-image container with mounts (value: its process as the
 	// host sees it), in TrampolineDirEnv.
 	TrampolineMntEnv = TrampolineEnv + "_MNT"
+	// TrampolineSpecEnv makes the exec trampoline confine the command as
+	// the container is (value: the container's monitor Spec file, whose
+	// Security it applies).
+	TrampolineSpecEnv = TrampolineEnv + "_SPEC"
 )
 
 // argv[0] of the helper processes.
@@ -93,6 +97,10 @@ type Spec struct {
 	Mounts []BindMount `json:"mounts,omitempty"`
 	// Pod names the pod namespaces the container joins.
 	Pod PodNamespaces `json:"pod,omitempty"`
+	// Security confines the container (any image); nil leaves a
+	// host-image container as the monitor starts it: root with every
+	// capability, in the host's namespaces.
+	Security *Security `json:"security,omitempty"`
 }
 
 // PodNamespaces are the namespaces a container shares with its pod.
@@ -125,15 +133,12 @@ type CgroupDir struct {
 
 // RootfsSpec is the part of the monitor spec the container init needs.
 type RootfsSpec struct {
-	Lower    []string    `json:"lower,omitempty"` // layer dirs, top first (overlay lowerdir order)
-	Upper    string      `json:"upper,omitempty"`
-	Work     string      `json:"work,omitempty"`
-	Merged   string      `json:"merged"`
-	Copy     bool        `json:"copy,omitempty"`
-	User     UserSpec    `json:"user"`
-	Mounts   []BindMount `json:"mounts,omitempty"`
-	Caps     *uint64     `json:"caps,omitempty"`
-	ReadOnly bool        `json:"readOnly,omitempty"`
+	Lower  []string    `json:"lower,omitempty"` // layer dirs, top first (overlay lowerdir order)
+	Upper  string      `json:"upper,omitempty"`
+	Work   string      `json:"work,omitempty"`
+	Merged string      `json:"merged"`
+	Copy   bool        `json:"copy,omitempty"`
+	Mounts []BindMount `json:"mounts,omitempty"`
 }
 
 // UserSpec is who the container process runs as, resolved inside the

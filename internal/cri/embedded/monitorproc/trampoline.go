@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/minilet/minilet/internal/cm/cgroups"
+	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,17 +49,32 @@ func runTrampoline() int {
 		}
 	}
 	argv := args[sep+1:]
-	if pid := os.Getenv(TrampolinePidEnv); pid != "" {
-		return execInContainer(pid, os.Getenv(TrampolineDirEnv), argv, env, fail)
+	sec, err := execSecurity(os.Getenv(TrampolineSpecEnv))
+	if err != nil {
+		return fail(err)
 	}
+	if pid := os.Getenv(TrampolinePidEnv); pid != "" {
+		return execInContainer(pid, os.Getenv(TrampolineDirEnv), argv, env, sec, fail)
+	}
+	var cred *syscall.Credential
 	if pid := os.Getenv(TrampolineMntEnv); pid != "" {
 		if err := enterMountNamespace(pid, os.Getenv(TrampolineDirEnv)); err != nil {
 			return fail(err)
+		}
+		if sec != nil {
+			if cred, err = procCredential(pid); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	path, err := LookPath(argv[0], env)
 	if err != nil {
 		return fail(err)
+	}
+	if cred != nil {
+		if err := dropPrivileges(sec, cred); err != nil {
+			return fail(err)
+		}
 	}
 	return fail(syscall.Exec(path, argv, env))
 }
@@ -103,7 +119,7 @@ func enterMountNamespace(pid, dir string) error {
 // join the container's as enterMountNamespace does), which only its
 // /proc/self/mounts can tell. The trampoline waits for it and exits with
 // its status.
-func execInContainer(pid, dir string, argv, env []string, fail func(error) int) int {
+func execInContainer(pid, dir string, argv, env []string, sec *Security, fail func(error) int) int {
 	runtime.LockOSThread() // setns below is per thread; the child forks from it
 	cred, err := procCredential(pid)
 	if err != nil {
@@ -137,6 +153,22 @@ func execInContainer(pid, dir string, argv, env []string, fail func(error) int) 
 	path, err := LookPath(argv[0], env)
 	if err != nil {
 		return fail(err)
+	}
+	// no_new_privs and the seccomp filter pass to the child through fork
+	// from this (locked) thread; its user is set in the child, and the
+	// kernel gives it the bounding set's capabilities at exec if it is
+	// root, none otherwise.
+	if sec != nil && (sec.NoNewPrivs || len(sec.Seccomp) > 0) {
+		if sec.NoNewPrivs {
+			if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+				return fail(fmt.Errorf("set no_new_privs: %w", err))
+			}
+		}
+		if len(sec.Seccomp) > 0 {
+			if err := installSeccomp(sec.Seccomp); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{Credential: cred}}
@@ -176,4 +208,17 @@ func procCredential(pid string) (*syscall.Credential, error) {
 		}
 	}
 	return cred, nil
+}
+
+// execSecurity is the Security of the container whose monitor Spec is at
+// path; nil for none.
+func execSecurity(path string) (*Security, error) {
+	if path == "" {
+		return nil, nil
+	}
+	var spec Spec
+	if err := statefile.Read(path, &spec); err != nil {
+		return nil, fmt.Errorf("container's security context: %w", err)
+	}
+	return spec.Security, nil
 }

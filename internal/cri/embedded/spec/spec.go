@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,15 +30,19 @@ type Process struct {
 	// Mounts are a host-image container's mounts (an image's are in
 	// Rootfs).
 	Mounts []monitorproc.BindMount
+	// Security is how the container is confined, whatever its image.
+	Security *monitorproc.Security
 }
 
 // FromHost resolves a container on the host image (the host's root
 // filesystem): its command and args, which it must have, its environment
-// with the PATH, HOME and HOSTNAME an image would provide, and its mounts.
-// A mount's propagation is private unless it asks for host-to-container;
-// bidirectional gets host-to-container too, since the container's mounts
-// never reach the host.
-func FromHost(config *runtimeapi.ContainerConfig) (Process, error) {
+// with the PATH and HOSTNAME an image would provide (HOME is the user's,
+// set by the container init), its mounts and its security context, which
+// applies as to any image (users and groups from the host's /etc/passwd
+// and /etc/group). A mount's propagation is private unless it asks for
+// host-to-container; bidirectional gets host-to-container too, since the
+// container's mounts never reach the host.
+func FromHost(config *runtimeapi.ContainerConfig, sandbox *runtimeapi.PodSandboxConfig) (Process, error) {
 	args := append(append([]string{}, config.GetCommand()...), config.GetArgs()...)
 	if len(args) == 0 {
 		return Process{}, errors.New("field command is required (the host image has no default command)")
@@ -49,7 +54,26 @@ func FromHost(config *runtimeapi.ContainerConfig) (Process, error) {
 	for i, m := range config.GetMounts() {
 		mounts[i].HostToContainer = m.GetPropagation() != runtimeapi.MountPropagation_PROPAGATION_PRIVATE
 	}
-	return Process{Args: args, Env: hostEnv(config.GetEnvs()), WorkingDir: config.GetWorkingDir(), Mounts: mounts}, nil
+	sc := config.GetLinux().GetSecurityContext()
+	user, err := containerUser("", sc)
+	if err != nil {
+		return Process{}, err
+	}
+	sec, err := security(sc, user, sandbox)
+	if err != nil {
+		return Process{}, err
+	}
+	env := hostEnv(config.GetEnvs())
+	if sec.Privileged && user.UID == nil && user.GID == nil && user.Name == "" && len(user.Groups) == 0 &&
+		!sec.NoNewPrivs && !sec.ReadOnlyRoot && len(sec.Sysctls) == 0 {
+		// Nothing to enforce: root with every capability, as the host
+		// runs it.
+		sec = nil
+		if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
+			env = append(env, "HOME=/root")
+		}
+	}
+	return Process{Args: args, Env: env, WorkingDir: config.GetWorkingDir(), Mounts: mounts, Security: sec}, nil
 }
 
 // bindMounts are the CRI mounts as the container init takes them.
@@ -69,7 +93,7 @@ func bindMounts(ms []*runtimeapi.Mount) ([]monitorproc.BindMount, error) {
 // replaces Cmd), environment (image Env, overridden per key by the
 // container's), working directory, and its root filesystem: the image's
 // layers, user, capabilities and mounts. Errors name the config field.
-func FromImage(img *imagestore.Record, config *runtimeapi.ContainerConfig) (Process, error) {
+func FromImage(img *imagestore.Record, config *runtimeapi.ContainerConfig, sandbox *runtimeapi.PodSandboxConfig) (Process, error) {
 	entry, cmd := img.Config.Entrypoint, img.Config.Cmd
 	if len(config.GetCommand()) > 0 {
 		entry, cmd = config.GetCommand(), config.GetArgs()
@@ -95,12 +119,11 @@ func FromImage(img *imagestore.Record, config *runtimeapi.ContainerConfig) (Proc
 	if err != nil {
 		return Process{}, err
 	}
-	caps, err := containerCaps(config.GetLinux().GetSecurityContext())
+	sec, err := security(config.GetLinux().GetSecurityContext(), user, sandbox)
 	if err != nil {
 		return Process{}, err
 	}
-	rf := &supervisor.Rootfs{Layers: append([]string(nil), img.Layers...), User: user, Caps: caps,
-		ReadOnly: config.GetLinux().GetSecurityContext().GetReadonlyRootfs()}
+	rf := &supervisor.Rootfs{Layers: append([]string(nil), img.Layers...)}
 	if rf.Mounts, err = bindMounts(config.GetMounts()); err != nil {
 		return Process{}, err
 	}
@@ -111,7 +134,7 @@ func FromImage(img *imagestore.Record, config *runtimeapi.ContainerConfig) (Proc
 		}
 		rf.Mounts = append(rf.Mounts, monitorproc.BindMount{Source: d.GetHostPath(), Target: d.GetContainerPath(), ReadOnly: !strings.Contains(d.GetPermissions(), "w") && d.GetPermissions() != ""})
 	}
-	return Process{Args: args, Env: env, WorkingDir: workDir, Rootfs: rf}, nil
+	return Process{Args: args, Env: env, WorkingDir: workDir, Rootfs: rf, Security: sec}, nil
 }
 
 // mergeEnv is the image's environment with the container's variables
@@ -209,8 +232,8 @@ func idOrName(s, what string) (*int64, string, error) {
 	return &n, "", nil
 }
 
-// hostEnv turns CRI env vars into KEY=VALUE, adding the PATH and HOME an
-// image would normally provide.
+// hostEnv turns CRI env vars into KEY=VALUE, adding the PATH and HOSTNAME
+// an image would normally provide.
 func hostEnv(kvs []*runtimeapi.KeyValue) []string {
 	var env []string
 	has := map[string]bool{}
@@ -220,9 +243,6 @@ func hostEnv(kvs []*runtimeapi.KeyValue) []string {
 	}
 	if !has["PATH"] {
 		env = append(env, "PATH="+monitorproc.DefaultPath)
-	}
-	if !has["HOME"] {
-		env = append(env, "HOME=/root")
 	}
 	if !has["HOSTNAME"] {
 		if h, err := os.Hostname(); err == nil {

@@ -21,35 +21,35 @@ func TestFromImageOverrideRules(t *testing.T) {
 		{"command and args", []string{"/c"}, []string{"a1", "a2"}, "/c a1 a2"},
 	} {
 		p, err := FromImage(img, &runtimeapi.ContainerConfig{Command: tc.cmd, Args: tc.args,
-			Envs: []*runtimeapi.KeyValue{{Key: "B", Value: []byte("pod")}}})
+			Envs: []*runtimeapi.KeyValue{{Key: "B", Value: []byte("pod")}}}, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		if got := strings.Join(p.Args, " "); got != tc.want {
 			t.Errorf("%s: argv %q, want %q", tc.name, got, tc.want)
 		}
-		if p.Env[0] != "A=img" || p.Env[1] != "B=pod" || p.WorkingDir != "/w" || p.Rootfs.User.Name != "app" || p.Rootfs.User.Group != "staff" {
-			t.Errorf("%s: env %v wd %s user %+v", tc.name, p.Env, p.WorkingDir, p.Rootfs.User)
+		if p.Env[0] != "A=img" || p.Env[1] != "B=pod" || p.WorkingDir != "/w" || p.Security.User.Name != "app" || p.Security.User.Group != "staff" {
+			t.Errorf("%s: env %v wd %s user %+v", tc.name, p.Env, p.WorkingDir, p.Security.User)
 		}
 	}
 	p, err := FromImage(img, &runtimeapi.ContainerConfig{Linux: &runtimeapi.LinuxContainerConfig{
-		SecurityContext: &runtimeapi.LinuxContainerSecurityContext{RunAsUser: &runtimeapi.Int64Value{Value: 42}}}})
-	if err != nil || p.Rootfs.User.UID == nil || *p.Rootfs.User.UID != 42 || p.Rootfs.User.Name != "" {
+		SecurityContext: &runtimeapi.LinuxContainerSecurityContext{RunAsUser: &runtimeapi.Int64Value{Value: 42}}}}, nil)
+	if err != nil || p.Security.User.UID == nil || *p.Security.User.UID != 42 || p.Security.User.Name != "" {
 		t.Fatalf("runAsUser did not win: %+v, %v", p.Rootfs, err)
 	}
-	if _, err := FromImage(&imagestore.Record{ID: "sha256:y"}, &runtimeapi.ContainerConfig{}); err == nil {
+	if _, err := FromImage(&imagestore.Record{ID: "sha256:y"}, &runtimeapi.ContainerConfig{}, nil); err == nil {
 		t.Fatal("no command anywhere was accepted")
 	}
 	bad := &runtimeapi.ContainerConfig{Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
 		Capabilities: &runtimeapi.Capability{AddCapabilities: []string{"FLY"}}}}}
-	if _, err := FromImage(&imagestore.Record{ID: "sha256:z", Config: imagestore.ImageConfig{Cmd: []string{"x"}}}, bad); err == nil || !strings.Contains(err.Error(), "capabilities.add") {
+	if _, err := FromImage(&imagestore.Record{ID: "sha256:z", Config: imagestore.ImageConfig{Cmd: []string{"x"}}}, bad, nil); err == nil || !strings.Contains(err.Error(), "capabilities.add") {
 		t.Fatalf("unknown capability accepted: %v", err)
 	}
 }
 
 func TestFromHost(t *testing.T) {
 	p, err := FromHost(&runtimeapi.ContainerConfig{Command: []string{"sleep"}, Args: []string{"1"},
-		Envs: []*runtimeapi.KeyValue{{Key: "HOME", Value: []byte("/home/x")}}, WorkingDir: "/tmp"})
+		Envs: []*runtimeapi.KeyValue{{Key: "HOME", Value: []byte("/home/x")}}, WorkingDir: "/tmp"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestFromHost(t *testing.T) {
 		!strings.Contains(env, "HOME=/home/x") || !strings.Contains(env, "PATH=/") || strings.Contains(env, "HOME=/root") {
 		t.Errorf("FromHost = %+v", p)
 	}
-	if _, err := FromHost(&runtimeapi.ContainerConfig{}); err == nil || !strings.Contains(err.Error(), "command") {
+	if _, err := FromHost(&runtimeapi.ContainerConfig{}, nil); err == nil || !strings.Contains(err.Error(), "command") {
 		t.Errorf("no command: err = %v, want one naming the command", err)
 	}
 }

@@ -138,11 +138,15 @@ func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []s
 		// The trampoline enters the container's namespaces and root.
 		proc.Dir = ""
 		proc.Env = append(proc.Env, monitorproc.TrampolinePidEnv+"="+strconv.Itoa(pid), monitorproc.TrampolineDirEnv+"="+rec.WorkingDir)
-	case len(rec.Mounts) > 0 || !rec.Pod.Empty():
+	case len(rec.Mounts) > 0 || !rec.Pod.Empty() || rec.Security != nil:
 		// The trampoline enters the container's namespaces, the mount one
 		// where the working directory may be one of its volumes.
 		proc.Dir = ""
 		proc.Env = append(proc.Env, monitorproc.TrampolineMntEnv+"="+strconv.Itoa(pid), monitorproc.TrampolineDirEnv+"="+rec.WorkingDir)
+	}
+	if rec.Security != nil {
+		// The command is confined as the container is.
+		proc.Env = append(proc.Env, monitorproc.TrampolineSpecEnv+"="+filepath.Join(s.dir, rec.ID, monitorproc.FileSpec))
 	}
 	err = proc.Start()
 	_ = reportW.Close()

@@ -28,12 +28,7 @@ type Resources struct {
 type Rootfs struct {
 	Layers []string                `json:"layers"` // diffIDs, base first
 	Copy   bool                    `json:"copy"`   // a private copy instead of an overlay mount
-	User   monitorproc.UserSpec    `json:"user"`
 	Mounts []monitorproc.BindMount `json:"mounts,omitempty"`
-	// Caps is the capability bounding set; nil keeps all (privileged).
-	Caps *uint64 `json:"caps,omitempty"`
-	// ReadOnly makes the root filesystem read-only (mounts stay as given).
-	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 // Record is the durable, agent-written state of a container; its run state
@@ -66,6 +61,9 @@ type Record struct {
 
 	// Pod is what the container shares with its pod: its namespaces.
 	Pod monitorproc.PodNamespaces `json:"pod,omitempty"`
+	// Security is how the container is confined (user, capabilities,
+	// seccomp, read-only root...), whatever its image.
+	Security *monitorproc.Security `json:"security,omitempty"`
 }
 
 // ImageRef is the image ID containers report: the config digest, or the

@@ -32,7 +32,7 @@ func (s *Supervisor) prepareRootfs(dir string, rf *Rootfs) error {
 // filesystem.
 func (s *Supervisor) rootfsSpec(dir string, rf *Rootfs) *monitorproc.RootfsSpec {
 	base := filepath.Join(dir, dirRootfs)
-	spec := &monitorproc.RootfsSpec{Merged: filepath.Join(base, "merged"), Copy: rf.Copy, User: rf.User, Mounts: rf.Mounts, Caps: rf.Caps, ReadOnly: rf.ReadOnly}
+	spec := &monitorproc.RootfsSpec{Merged: filepath.Join(base, "merged"), Copy: rf.Copy, Mounts: rf.Mounts}
 	if !rf.Copy {
 		spec.Upper, spec.Work = filepath.Join(base, "upper"), filepath.Join(base, "work")
 		// overlayfs refuses a directory twice; a repeated layer (typically

@@ -116,7 +116,7 @@ func (s *Supervisor) launch(c *container, rec *Record) (bool, error) {
 		return false, err
 	}
 	spec.Args, spec.Env, spec.WorkingDir, spec.LogPath = rec.Args, rec.Env, rec.WorkingDir, rec.LogFile
-	spec.Stdin, spec.StdinOnce = rec.Stdin, rec.StdinOnce
+	spec.Stdin, spec.StdinOnce, spec.Security = rec.Stdin, rec.StdinOnce, rec.Security
 	spec.Pod = rec.Pod
 	if rec.Rootfs != nil {
 		spec.Rootfs = s.rootfsSpec(dir, rec.Rootfs)
