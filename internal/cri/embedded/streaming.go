@@ -49,7 +49,8 @@ func (r *Runtime) streams() (streaming.Server, error) {
 			_ = ln.Close()
 			return
 		}
-		s.http = &http.Server{Handler: s.srv, ReadHeaderTimeout: 10 * time.Second}
+		// Header and idle timeouts as the agent's own servers (the kubelet's).
+		s.http = &http.Server{Handler: s.srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 90 * time.Second}
 		go func() { _ = s.http.Serve(ln) }()
 		r.log.Debug("streaming server started", "address", cfg.Addr)
 	})
