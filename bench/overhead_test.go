@@ -2,7 +2,11 @@ package bench
 
 // Node overhead of the standalone agent (issue 2): 100 idle pods
 // (`sleep`) on the embedded runtime; the agent's RSS and CPU over a quiet
-// window, and the memory of all container monitors summed as PSS.
+// window, and the memory of all container monitors summed as PSS. Since
+// issue 17 each pod has its own network, UTS and IPC namespaces (CNI):
+// the time until all are Running and the host's MemAvailable drop per pod
+// (kernel memory of namespaces, veths and the monitors together) are
+// reported too.
 //
 // The window length is MINILET_OVERHEAD_SECONDS (default 15); the pod
 // count is MINILET_BENCH_PODS (default 100). Nothing polls the agent's API
@@ -139,6 +143,8 @@ func BenchmarkNodeOverhead(b *testing.B) {
 	if !ok {
 		b.Fatal("cannot find the agent's pid")
 	}
+	avail0, _ := kbField("/proc/meminfo", "MemAvailable")
+	created := time.Now()
 	for i := range n {
 		name := fmt.Sprintf("idle%03d", i)
 		a.WriteManifest(name+".yaml", fmt.Sprintf(`apiVersion: v1
@@ -158,6 +164,7 @@ spec:
 		}
 		return running == n, fmt.Sprintf("%d Running", running)
 	})
+	allRunning := time.Since(created)
 	// Let start-up work (status writes, event flushes, GC of first
 	// relists) settle before the window opens: this is a measurement
 	// pause, not a wait for a condition.
@@ -210,6 +217,11 @@ spec:
 	b.ReportMetric(agentCores, "agent-cores")
 	b.ReportMetric(mib(pss), "monitors-pss-MiB")
 	b.ReportMetric(float64(len(mons)), "monitors")
+	b.ReportMetric(allRunning.Seconds(), "all-running-s")
+	avail1, _ := kbField("/proc/meminfo", "MemAvailable")
+	perPod := (float64(avail0) - float64(avail1)) / float64(n)
+	b.ReportMetric(perPod, "host-KiB-per-pod")
+	b.Logf("%d pods Running %.1f s after their manifests were written; host MemAvailable %.0f KiB lower per pod", n, allRunning.Seconds(), perPod)
 	b.Logf("pods=%d window=%.1fs agent pid %d: RSS %.1f MiB (anon %.1f, file %.1f, peak %.1f, PSS %.1f), CPU %.4f cores; %d monitors: PSS %.1f MiB total (%.0f KiB each), RSS %.1f MiB total, CPU %.4f cores; load %s → %s",
 		n, elapsed, pid, mib(rss), mib(anon), mib(file), mib(hwm), mib(agentPss), agentCores, len(mons), mib(pss), float64(pss)/1024/float64(len(mons)), mib(monRss), monCores, load0, loadavg())
 }
