@@ -41,8 +41,11 @@ unit:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./bench/
 
+# Pods off the host network need the CNI reference plugins: built (once,
+# cached by version) by scripts/cni-plugins.sh, which prints their dir.
 run: build
-	./$(BIN) run --pod-manifest-path examples/pods --root-dir /tmp/minilet
+	./$(BIN) run --pod-manifest-path examples/pods --root-dir /tmp/minilet \
+		--cni-bin-dir "$$(./scripts/cni-plugins.sh | tail -n 1)"
 
 clean:
 	rm -rf bin

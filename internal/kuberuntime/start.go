@@ -49,7 +49,6 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) *runtimeapi.PodSand
 		LogDirectory: m.podLogDir(pod.Namespace, pod.Name, string(pod.UID)),
 		Labels:       sandboxLabels(pod),
 		Annotations:  maps.Clone(pod.Annotations),
-		DnsConfig:    m.dnsConfig(pod),
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns, Privileged: hasPrivilegedContainer(pod)},
 		},
@@ -84,6 +83,9 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) *runtimeapi.PodSand
 // createSandbox runs a new sandbox and returns its ID and IP.
 func (m *Manager) createSandbox(ctx context.Context, pod *v1.Pod, attempt uint32) (id, ip string, err error) {
 	cfg := m.sandboxConfig(pod, attempt)
+	// DNS only for a new sandbox (the runtime writes its resolv.conf
+	// once), so that MissingClusterDNS comes once per sandbox, not per sync.
+	cfg.DnsConfig = m.dnsConfig(pod)
 	if err := os.MkdirAll(cfg.LogDirectory, 0o755); err != nil {
 		return "", "", fmt.Errorf("create log directory of pod %s: %w", podDesc(pod), err)
 	}
