@@ -2,7 +2,8 @@
 // minilet drives (the embedded runtime and, through cri-client, containerd
 // or CRI-O): sandbox and container lifecycle, exit codes and reasons, CRI
 // log format, file mounts, graceful stop, ExecSync, list filters, cgroup limits, OOM
-// kills and, where supported, survival of an agent restart.
+// kills, pod networking (own IP and hostname, host ports, pod to pod) and,
+// where supported, survival of an agent restart.
 //
 // Tests need root, a cgroup v1 (or v2) hierarchy under /sys/fs/cgroup, and
 // /bin/sh, sleep and python3 in the image (the host image by default).
@@ -78,6 +79,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) RuntimeUnderTest, opts ...O
 		{"OOMKilled", s.testOOMKilled},
 		{"RestartSurvival", s.testRestartSurvival},
 		{"Images", s.testImages},
+		{"PodNetwork", s.testPodNetwork},
 	}
 	tests = append(tests, securityTests(s)...)
 	for _, tc := range tests {
