@@ -44,7 +44,7 @@ echo "password=$PASSWORD color=$COLOR"
 curl -sS --cacert ` + sa + `/ca.crt -H "Authorization: Bearer $(cat ` + sa + `/token)" \
   -H 'Content-Type: application/json' -X POST \
   -d '{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}' \
-  ` + e.srv.URL + `/apis/authentication.k8s.io/v1/selfsubjectreviews
+  ` + e.srv.PodURL + `/apis/authentication.k8s.io/v1/selfsubjectreviews
 echo
 exec sleep 1000`
 	p := &v1.Pod{

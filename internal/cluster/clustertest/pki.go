@@ -12,6 +12,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/minilet/minilet/internal/nodeaddr"
 )
 
 // authority is a throw-away certificate authority for one test server.
@@ -78,7 +80,12 @@ func (a *authority) issue(cn string, orgs []string, server bool) (certPEM, keyPE
 	}
 	if server {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		// Pods in their own network reach the API server at the node's
+		// address (there is no kube-proxy for the service IP).
 		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		if ip := net.ParseIP(nodeaddr.Detect(nil, "").IP); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		}
 		tmpl.DNSNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minilet/minilet/internal/nodeaddr"
+
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,9 +54,12 @@ type Options struct {
 // of the API server's default admission plugins), and with
 // Options.ControlPlane kube-controller-manager and kube-scheduler.
 type Server struct {
-	t        testing.TB
-	dir      string
-	URL      string // https://127.0.0.1:<port>
+	t   testing.TB
+	dir string
+	URL string // https://127.0.0.1:<port>
+	// PodURL is the API server at the node's address, which pods on the
+	// pod network reach (there is no kube-proxy for the service IP).
+	PodURL   string
 	CAFile   string
 	ca       *authority
 	tokens   map[string]string // node name → token
@@ -180,9 +185,10 @@ func (s *Server) startEtcd() {
 	s.waitHTTP("etcd", p, clientURL+"/health", nil)
 	port := freePort(s.t)
 	s.URL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	s.PodURL = fmt.Sprintf("https://%s", net.JoinHostPort(nodeaddr.Detect(nil, "").IP, strconv.Itoa(port)))
 	s.apiArgs = []string{
 		"--etcd-servers", clientURL,
-		"--bind-address", "127.0.0.1",
+		"--bind-address", "0.0.0.0",
 		"--advertise-address", "127.0.0.1",
 		"--secure-port", strconv.Itoa(port),
 		"--cert-dir", filepath.Join(s.dir, "certs"),
