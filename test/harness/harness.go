@@ -175,7 +175,13 @@ func (a *Agent) Start() {
 		"--cni-conf-dir", a.CNIConfDir,
 	}
 	args = append(args, a.ExtraArgs...)
-	a.logs = &bytes.Buffer{}
+	// A restarted agent's log follows the previous run's (whose output a
+	// killed agent's copier may still be writing).
+	a.mu.Lock()
+	if a.logs == nil {
+		a.logs = &bytes.Buffer{}
+	}
+	a.mu.Unlock()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout = &lockedWriter{a: a}
 	cmd.Stderr = &lockedWriter{a: a}
@@ -184,8 +190,9 @@ func (a *Agent) Start() {
 		a.t.Fatal(err)
 	}
 	a.cmd = cmd
-	a.done = make(chan struct{})
-	go func() { _ = cmd.Wait(); close(a.done) }()
+	done := make(chan struct{}) // this run's, not a later Start's
+	a.done = done
+	go func() { _ = cmd.Wait(); close(done) }()
 	a.Eventually("the agent's API answers", func() (bool, string) {
 		b, err := os.ReadFile(filepath.Join(a.RootDir, "minilet.addr"))
 		if err != nil {
