@@ -12,9 +12,9 @@ package podnet
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -23,6 +23,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/minilet/minilet/internal/boundedread"
 )
 
 // DefaultConfList is the network written into an empty ConfDir: a bridge
@@ -238,9 +240,9 @@ func (n *Network) conf() (*libcni.NetworkConfigList, error) {
 			return nil, fmt.Errorf("no CNI network configuration in %s (--cni-conf-dir)", n.confDir)
 		}
 	}
-	data, err := readBounded(files[0])
+	data, err := boundedread.File(files[0], maxConfSize)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("CNI network configuration %s: %w", files[0], err)
 	}
 	list, err := libcni.NetworkConfFromBytes(data)
 	if err == nil {
@@ -269,19 +271,27 @@ func (n *Network) writeDefaultConf() error {
 }
 
 // asList turns a single-plugin configuration (a .conf file: a "type" and
-// no "plugins") into a one-plugin list.
+// no "plugins") into a one-plugin list, as runtimes still accept them.
 func asList(list *libcni.NetworkConfigList, data []byte) (*libcni.NetworkConfigList, error) {
 	if len(list.Plugins) > 0 {
 		return list, nil
 	}
-	one, err := libcni.NetworkPluginConfFromBytes(data)
+	var one struct {
+		CNIVersion string `json:"cniVersion"`
+		Name       string `json:"name"`
+		Type       string `json:"type"`
+	}
+	if err := json.Unmarshal(data, &one); err != nil {
+		return nil, err
+	}
+	if one.Type == "" {
+		return nil, errors.New("neither plugins nor type given")
+	}
+	wrapped, err := json.Marshal(map[string]any{"cniVersion": one.CNIVersion, "name": one.Name, "plugins": []json.RawMessage{data}})
 	if err != nil {
 		return nil, err
 	}
-	if one.Network.Type == "" {
-		return nil, errors.New("neither plugins nor type given")
-	}
-	return libcni.ConfListFromConf(one)
+	return libcni.NetworkConfFromBytes(wrapped)
 }
 
 func confFiles(dir string) ([]string, error) {
@@ -291,29 +301,4 @@ func confFiles(dir string) ([]string, error) {
 	}
 	sort.Strings(files)
 	return files, nil
-}
-
-// readBounded reads a regular file of at most maxConfSize bytes through
-// one descriptor.
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("CNI network configuration %s is not a regular file", path)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxConfSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxConfSize {
-		return nil, fmt.Errorf("CNI network configuration %s is larger than %d bytes", path, maxConfSize)
-	}
-	return data, nil
 }
