@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"sort"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +26,7 @@ type Pods struct {
 	statuses     map[types.UID]v1.PodStatus
 	final        map[types.UID]v1.PodStatus // set by eviction: the status a pod ends with
 	started      map[types.UID]bool         // start latency already reported
+	seen         map[types.UID]time.Time    // when this run first saw each pod
 	sourcesReady bool                       // every source has been read once
 }
 
@@ -39,6 +41,7 @@ func NewPods(store StatusStore) *Pods {
 		statuses: map[types.UID]v1.PodStatus{},
 		final:    map[types.UID]v1.PodStatus{},
 		started:  map[types.UID]bool{},
+		seen:     map[types.UID]time.Time{},
 	}
 }
 
@@ -176,6 +179,24 @@ func (s *Pods) firstStart(uid types.UID) bool {
 	return true
 }
 
+// markSeen records when this run first saw a pod (the start of its start
+// latency); later calls keep the first time.
+func (s *Pods) markSeen(uid types.UID, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[uid]; !ok {
+		s.seen[uid] = now
+	}
+}
+
+// firstSeen returns when this run first saw a pod.
+func (s *Pods) firstSeen(uid types.UID) (time.Time, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	t, ok := s.seen[uid]
+	return t, ok
+}
+
 func (s *Pods) isLeaving(uid types.UID) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -242,6 +263,7 @@ func (s *Pods) forget(uid types.UID) {
 	delete(s.statuses, uid)
 	delete(s.final, uid)
 	delete(s.started, uid)
+	delete(s.seen, uid)
 	s.mu.Unlock()
 	if s.store != nil {
 		s.store.Remove(uid)
