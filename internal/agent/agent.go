@@ -131,6 +131,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:        log,
 		Registerer:    reg,
 		LastReadiness: statuses.WasReady,
+		LastStarted:   statuses.WasStarted,
 	})
 	if err != nil {
 		return err

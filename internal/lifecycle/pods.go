@@ -98,6 +98,8 @@ func (s *Pods) List() []v1.Pod {
 		c := *p.DeepCopy()
 		if st, ok := s.statuses[p.UID]; ok {
 			c.Status = st
+		} else if st, ok := s.restoredLocked(p.UID); ok {
+			c.Status = st // not synced yet since a restart: as last saved
 		} else {
 			c.Status.Phase = v1.PodPending
 		}
@@ -120,6 +122,15 @@ func (s *Pods) List() []v1.Pod {
 		return out[i].UID < out[j].UID
 	})
 	return out
+}
+
+// restoredLocked returns the status the last run saved for a pod this run
+// has not synced yet; s.mu must be held.
+func (s *Pods) restoredLocked(uid types.UID) (v1.PodStatus, bool) {
+	if s.store == nil || s.rejected[uid] {
+		return v1.PodStatus{}, false
+	}
+	return s.store.Restored(uid)
 }
 
 // IsGone reports whether a pod's leftovers may be removed: every source
