@@ -215,6 +215,7 @@ func (l *Loop) HandleSnapshot(ctx context.Context, u Snapshot) {
 		l.checkMirrors(u.Mirrors)
 	}
 	l.sourcesSeen[u.Source] = true
+	pods.sourceSpoke(u.Source)
 }
 
 // keepCreationTime gives a re-read pod without a creation time (a static

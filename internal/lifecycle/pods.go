@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
@@ -27,6 +28,8 @@ type Pods struct {
 	final        map[types.UID]v1.PodStatus // set by eviction: the status a pod ends with
 	started      map[types.UID]bool         // start latency already reported
 	seen         map[types.UID]time.Time    // when this run first saw each pod
+	spoke        map[string]bool            // sources whose first snapshot was handled
+	spokeCh      chan struct{}              // closed (and replaced) when spoke grows
 	sourcesReady bool                       // every source has been read once
 }
 
@@ -42,6 +45,8 @@ func NewPods(store StatusStore) *Pods {
 		final:    map[types.UID]v1.PodStatus{},
 		started:  map[types.UID]bool{},
 		seen:     map[types.UID]time.Time{},
+		spoke:    map[string]bool{},
+		spokeCh:  make(chan struct{}),
 	}
 }
 
@@ -188,6 +193,42 @@ func (s *Pods) firstStart(uid types.UID) bool {
 	}
 	s.started[uid] = true
 	return true
+}
+
+// sourceSpoke records that a source's snapshot was handled: its pods are
+// listed.
+func (s *Pods) sourceSpoke(source string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.spoke[source] {
+		return
+	}
+	s.spoke[source] = true
+	close(s.spokeCh)
+	s.spokeCh = make(chan struct{})
+}
+
+// WaitForSources returns once the first snapshot of each of sources was
+// handled, so a listing shows their pods, or with ctx's error. A starting
+// agent waits for it before it answers /pods, which would otherwise come
+// back empty right after a restart.
+func (s *Pods) WaitForSources(ctx context.Context, sources []string) error {
+	for {
+		s.mu.RLock()
+		ch, all := s.spokeCh, true
+		for _, src := range sources {
+			all = all && s.spoke[src]
+		}
+		s.mu.RUnlock()
+		if all {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // markSeen records when this run first saw a pod (the start of its start

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -30,5 +31,21 @@ func TestListShowsSavedStatusBeforeFirstSync(t *testing.T) {
 	h2.snapshot(podspec.SourceFile, pod)
 	if st := h2.status(pod); st.Phase != v1.PodRunning || condition(st, v1.PodReady) != v1.ConditionTrue {
 		t.Fatalf("after the first sync: phase %s, Ready %s", st.Phase, condition(st, v1.PodReady))
+	}
+}
+
+// TestWaitForSources: the wait for the sources' first snapshots ends once
+// every named source was handled, and not before.
+func TestWaitForSources(t *testing.T) {
+	h := newHarness(t, withSources(podspec.SourceFile, podspec.SourceHTTP))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	h.snapshot(podspec.SourceFile, filePod("u1", "web", v1.RestartPolicyAlways, "app"))
+	if err := h.pods.WaitForSources(ctx, []string{podspec.SourceFile, podspec.SourceHTTP}); err == nil {
+		t.Fatal("the wait ended before the HTTP source spoke")
+	}
+	h.snapshot(podspec.SourceHTTP)
+	if err := h.pods.WaitForSources(ctx, []string{podspec.SourceFile, podspec.SourceHTTP}); err != nil {
+		t.Fatalf("every source spoke, the wait still failed: %v", err)
 	}
 }
