@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -36,6 +37,10 @@ import (
 	"github.com/minilet/minilet/internal/store"
 	"github.com/minilet/minilet/internal/volumes"
 )
+
+// sourcesWait bounds how long a starting agent holds the kubelet API back
+// for the pod sources' first snapshots (an API server may be slow).
+const sourcesWait = 10 * time.Second
 
 // Run starts the agent and blocks until ctx ends or a server fails. Pods
 // keep running after it returns: stopping the agent is not stopping the
@@ -131,6 +136,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Logger:        log,
 		Registerer:    reg,
 		LastReadiness: statuses.WasReady,
+		LastStarted:   statuses.WasStarted,
 	})
 	if err != nil {
 		return err
@@ -287,15 +293,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 
-	// The kubelet API and the admin socket.
+	// The admin socket. (The kubelet API is served once the loop has the
+	// sources' pods, below.)
 	srvErr := make(chan error, 3)
-	if err := serveAPI(ctx, bg, api, apiViews{
-		cfg: cfg, pods: pods, node: node, events: ev.store, cgroups: cgroups,
-		devices: devices, images: imageGC, runtime: cri, streams: kuberuntime.NewStreams(rm, cri),
-	}, link, reg, srvErr, log); err != nil {
-		return err
-	}
-	served = true
 	if err := serveAdmin(ctx, bg, cfg, cri, srvErr, log); err != nil {
 		return err
 	}
@@ -327,6 +327,24 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		defer close(loopDone)
 		loop.Run(ctx, lifecycle.Inputs{Snapshots: snapshots, Runtime: relister.Events(), Probes: probeEvents, Terminated: terminated, Objects: objectEvents})
 	}()
+	// The kubelet API answers once every source's first snapshot is in the
+	// loop (or sourcesWait passed), so the first /pods after a restart
+	// lists the pods, with their saved statuses, never an empty list.
+	// Its ports are bound already: early callers wait in the backlog.
+	waitCtx, cancelWait := context.WithTimeout(ctx, sourcesWait)
+	if err := pods.WaitForSources(waitCtx, sourceNames(cfg)); err != nil && ctx.Err() == nil {
+		log.Warn("serving the kubelet API before every pod source was read", "wait", sourcesWait)
+	}
+	cancelWait()
+	if err := serveAPI(ctx, bg, api, apiViews{
+		cfg: cfg, pods: pods, node: node, events: ev.store, cgroups: cgroups,
+		devices: devices, images: imageGC, runtime: cri, streams: kuberuntime.NewStreams(rm, cri),
+	}, link, reg, srvErr, log); err != nil {
+		cancel()
+		<-loopDone
+		return err
+	}
+	served = true
 	select {
 	case <-ctx.Done():
 		<-loopDone

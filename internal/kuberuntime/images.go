@@ -132,22 +132,27 @@ func (m *Manager) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		return reasonErrImageNeverPull, msg, 0
 	}
 	key := string(pod.UID) + "/" + c.Image
-	if left, in := m.imageBackoff.InBackoffSinceUpdate(key); in {
+	if left, lastErr, in := m.imageBackoff.waiting(key); in {
+		// Between attempts: ImagePullBackOff, with the last pull's error.
 		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
 		m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "BackOff", msg)
 		m.cfg.Recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+reasonImagePullBackOff)
+		if lastErr != "" {
+			msg += ": " + lastErr
+		}
 		return reasonImagePullBackOff, msg, left
 	}
 	m.cfg.Recorder.Eventf(pod, v1.EventTypeNormal, "Pulling", "Pulling image %q", c.Image)
 	ref, pulled, waited, err := m.pull(ctx, spec, sandboxCfg)
 	if err != nil {
-		m.imageBackoff.Next(key, m.clock.Now())
+		// The failed attempt: ErrImagePull, until a sync shortly after
+		// shows the wait for the next one.
 		m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Failed to pull image %q: %v", c.Image, err)
 		m.cfg.Recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+reasonErrImagePull)
-		left, _ := m.imageBackoff.InBackoffSinceUpdate(key)
-		return reasonErrImagePull, err.Error(), left
+		requeue := m.imageBackoff.failed(key, m.clock.Now(), reasonErrImagePull+": "+err.Error())
+		return reasonErrImagePull, err.Error(), requeue
 	}
-	m.imageBackoff.Reset(key)
+	m.imageBackoff.succeeded(key)
 	m.cfg.Recorder.Eventf(pod, v1.EventTypeNormal, "Pulled", "Successfully pulled image %q in %v (%v including waiting). Image size: %d bytes.",
 		c.Image, pulled.Round(time.Millisecond), waited.Round(time.Millisecond), m.imageSize(ctx, ref, spec))
 	return "", "", 0

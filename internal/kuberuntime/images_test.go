@@ -89,24 +89,48 @@ func TestImageNeverPull(t *testing.T) {
 	}
 }
 
+// TestImagePullBackOff follows a failing pull the way `get pods -w` shows
+// it: ErrImagePull on each failed attempt, then ImagePullBackOff (with the
+// last error and a "Back-off pulling image" event) while the back-off
+// (10 s, 20 s, 40 s) runs, each sync asking for the next one in time; once
+// the registry answers, the pull works.
 func TestImagePullBackOff(t *testing.T) {
 	e := newEnv(t)
 	e.images.SetFakeImages(nil)
 	pod := imagePod("registry.invalid/app:v1", "")
-	e.images.InjectError("PullImage", errors.New("dial tcp: no such host"))
-	res := e.sync(pod)
-	if w := res.Waiting["a"]; w.Reason != "ErrImagePull" || !strings.Contains(w.Message, "no such host") || res.RequeueAfter != 10*time.Second {
-		t.Fatalf("first failure: %+v", res)
+	const image = `"registry.invalid/app:v1"`
+	for _, backoff := range []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second} {
+		e.images.InjectError("PullImage", errors.New("dial tcp: no such host")) // one call
+		res := e.sync(pod)
+		if w := res.Waiting["a"]; w.Reason != "ErrImagePull" || !strings.Contains(w.Message, "no such host") {
+			t.Fatalf("failed attempt (back-off %s): %+v", backoff, res)
+		}
+		shown := min(backoff/2, 10*time.Second)
+		if res.RequeueAfter != shown {
+			t.Fatalf("after a failed pull: requeue %s, want %s so that ImagePullBackOff is shown", res.RequeueAfter, shown)
+		}
+		e.clock.Step(shown)
+		res = e.sync(pod)
+		w := res.Waiting["a"]
+		if w.Reason != "ImagePullBackOff" || w.Message != `Back-off pulling image `+image+`: ErrImagePull: dial tcp: no such host` {
+			t.Fatalf("while backing off %s: %+v", backoff, res)
+		}
+		if res.RequeueAfter != backoff-shown {
+			t.Fatalf("while backing off %s: requeue %s, want %s (the next attempt)", backoff, res.RequeueAfter, backoff-shown)
+		}
+		e.clock.Step(res.RequeueAfter)
 	}
-	if !e.rec.Has(`Warning Failed Failed to pull image "registry.invalid/app:v1": dial tcp: no such host`) {
-		t.Fatalf("events:\n%s", e.rec)
-	}
-	res = e.sync(pod)
-	if w := res.Waiting["a"]; w.Reason != "ImagePullBackOff" || w.Message != `Back-off pulling image "registry.invalid/app:v1"` {
-		t.Fatalf("second sync: %+v", res)
+	for _, want := range []string{
+		`Warning Failed Failed to pull image ` + image + `: dial tcp: no such host`,
+		`Warning Failed Error: ErrImagePull`,
+		`Normal BackOff Back-off pulling image ` + image,
+		`Warning Failed Error: ImagePullBackOff`,
+	} {
+		if !e.rec.Has(want) {
+			t.Fatalf("no event %q:\n%s", want, e.rec)
+		}
 	}
 	// Once the back-off is over the pull is tried again (and now works).
-	e.clock.Step(10 * time.Second)
 	if res := e.sync(pod); len(res.Waiting) != 0 || res.Err != nil {
 		t.Fatalf("after back-off: %+v", res)
 	}

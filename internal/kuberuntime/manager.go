@@ -19,7 +19,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/minilet/minilet/internal/backoff"
 	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/volumes"
@@ -133,7 +132,7 @@ type Manager struct {
 	cfg          Config
 	log          *slog.Logger
 	clock        clock.Clock
-	imageBackoff *backoff.Backoff
+	imageBackoff *pullBackoff
 	pulls        pullLimiter
 	hookClient   *http.Client
 
@@ -172,7 +171,7 @@ func New(cfg Config) *Manager {
 		cfg:          cfg,
 		log:          cfg.Logger.With("component", "kuberuntime"),
 		clock:        cfg.Clock,
-		imageBackoff: backoff.New(cfg.Clock, backoffInitial, backoffMax),
+		imageBackoff: newPullBackoff(cfg.Clock),
 		pulls:        newPullLimiter(cfg.MaxParallelImagePulls),
 		msgs:         map[string]string{},
 		// HTTP hooks talk to the pod directly: no proxy, and like the

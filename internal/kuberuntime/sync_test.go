@@ -319,6 +319,7 @@ type liveStub struct{ id string }
 
 func (l *liveStub) LivenessFailed(id container.ID) bool { return id.ID == l.id }
 func (l *liveStub) StartupFailed(container.ID) bool     { return false }
+func (l *liveStub) StartupSucceeded(container.ID) bool  { return true }
 
 func TestLivenessFailureRestarts(t *testing.T) {
 	probes := &liveStub{}

@@ -150,6 +150,13 @@ func initActions(pod *v1.Pod, inSandbox func(string) *container.ContainerStatus,
 			if k, kill := checkRunning(c, st, v1.RestartPolicyAlways, probes); kill {
 				acts.ContainersToKill = append(acts.ContainersToKill, k)
 				acts.InitContainersToStart = append(acts.InitContainersToStart, i)
+				if !initialized {
+					return true
+				}
+				continue
+			}
+			if !initialized && !sidecarStarted(c, st, probes) {
+				return true // what follows waits for its startup probe
 			}
 			continue
 		}
@@ -173,6 +180,12 @@ func initActions(pod *v1.Pod, inSandbox func(string) *container.ContainerStatus,
 		}
 	}
 	return false
+}
+
+// sidecarStarted reports whether a running sidecar counts as started for
+// the containers after it: it has no startup probe, or the probe succeeded.
+func sidecarStarted(c *v1.Container, st *container.ContainerStatus, probes ProbeResults) bool {
+	return c.StartupProbe == nil || probes == nil || probes.StartupSucceeded(st.ID)
 }
 
 // checkRunning decides whether a running container must be killed: its

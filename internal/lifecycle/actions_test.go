@@ -41,6 +41,7 @@ type probeStub struct{ liveness, startup map[string]bool }
 
 func (p probeStub) LivenessFailed(id container.ID) bool { return p.liveness[id.ID] }
 func (p probeStub) StartupFailed(id container.ID) bool  { return p.startup[id.ID] }
+func (p probeStub) StartupSucceeded(container.ID) bool  { return true }
 
 func TestComputeActions(t *testing.T) {
 	ready := sandbox(runtimeapi.PodSandboxState_SANDBOX_READY, 0)

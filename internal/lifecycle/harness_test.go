@@ -320,25 +320,27 @@ func (c *fakeCgroups) CleanupOrphans(context.Context, map[types.UID]bool) error 
 // fakeProber: tests mark containers' liveness or readiness.
 type fakeProber struct {
 	livenessFailed map[container.ID]bool
-	notReady       map[string]bool // container name
+	started        map[container.ID]bool // startup probe succeeded
+	notReady       map[string]bool       // container name
 	added, removed []types.UID
 	stopped        []types.UID
 	cleanups       []map[types.UID]struct{}
 }
 
 func newFakeProber() *fakeProber {
-	return &fakeProber{livenessFailed: map[container.ID]bool{}, notReady: map[string]bool{}}
+	return &fakeProber{livenessFailed: map[container.ID]bool{}, started: map[container.ID]bool{}, notReady: map[string]bool{}}
 }
 
 func (p *fakeProber) AddPod(pod *v1.Pod) error {
 	p.added = append(p.added, pod.UID)
 	return nil
 }
-func (p *fakeProber) StopLivenessAndStartup(pod *v1.Pod)   { p.stopped = append(p.stopped, pod.UID) }
-func (p *fakeProber) RemovePod(pod *v1.Pod)                { p.removed = append(p.removed, pod.UID) }
-func (p *fakeProber) LivenessFailed(id container.ID) bool  { return p.livenessFailed[id] }
-func (p *fakeProber) StartupFailed(container.ID) bool      { return false }
-func (p *fakeProber) CleanupPods(d map[types.UID]struct{}) { p.cleanups = append(p.cleanups, d) }
+func (p *fakeProber) StopLivenessAndStartup(pod *v1.Pod)    { p.stopped = append(p.stopped, pod.UID) }
+func (p *fakeProber) RemovePod(pod *v1.Pod)                 { p.removed = append(p.removed, pod.UID) }
+func (p *fakeProber) LivenessFailed(id container.ID) bool   { return p.livenessFailed[id] }
+func (p *fakeProber) StartupFailed(container.ID) bool       { return false }
+func (p *fakeProber) StartupSucceeded(id container.ID) bool { return p.started[id] }
+func (p *fakeProber) CleanupPods(d map[types.UID]struct{})  { p.cleanups = append(p.cleanups, d) }
 func (p *fakeProber) UpdatePodStatus(_ *v1.Pod, s *v1.PodStatus) {
 	for i := range s.ContainerStatuses {
 		cs := &s.ContainerStatuses[i]

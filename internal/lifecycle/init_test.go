@@ -133,3 +133,33 @@ func TestSidecarOrdering(t *testing.T) {
 		t.Fatal("the sidecar outlived the pod")
 	}
 }
+
+// TestSidecarStartupProbeGates: a sidecar with a startupProbe holds back
+// the init and app containers after it until the probe succeeds, as the
+// kubelet does; without one, running is enough (TestSidecarOrdering).
+func TestSidecarStartupProbeGates(t *testing.T) {
+	h := newHarness(t)
+	proxy := sidecar("proxy")
+	proxy.StartupProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
+	pod := withInit(filePod("u1", "web", v1.RestartPolicyAlways, "app"), proxy, v1.Container{Name: "migrate", Image: "host"})
+	h.snapshot(podspec.SourceFile, pod)
+	for i := 0; i < 3; i++ {
+		h.event(pod)
+		if h.rt.attempts(pod.UID, "migrate") != 0 || h.rt.attempts(pod.UID, "app") != 0 {
+			t.Fatal("a container after the sidecar started before its startup probe succeeded")
+		}
+	}
+	if st := h.status(pod); st.Phase != v1.PodPending || condition(st, v1.PodInitialized) != v1.ConditionFalse {
+		t.Fatalf("waiting for the sidecar: phase %s, Initialized %s; want Pending, False", st.Phase, condition(st, v1.PodInitialized))
+	}
+	h.prober.started[h.rt.pod(pod.UID).FindContainer("proxy").ID] = true
+	h.event(pod)
+	if h.rt.attempts(pod.UID, "migrate") != 1 {
+		t.Fatal("the init container did not start once the sidecar started")
+	}
+	h.rt.exit(t, pod.UID, "migrate", 0)
+	h.event(pod)
+	if h.rt.attempts(pod.UID, "app") != 1 {
+		t.Fatal("the app did not start after init")
+	}
+}

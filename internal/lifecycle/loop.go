@@ -200,6 +200,7 @@ func (l *Loop) HandleSnapshot(ctx context.Context, u Snapshot) {
 			// UID): run it again once the old copy is gone.
 			l.readd[p.UID] = p
 		case !pods.isRejected(p.UID):
+			keepCreationTime(p, cur)
 			pods.setDesired(p)
 			if specChanged(cur, p) {
 				l.cfg.Workers.UpdatePod(p)
@@ -214,6 +215,16 @@ func (l *Loop) HandleSnapshot(ctx context.Context, u Snapshot) {
 		l.checkMirrors(u.Mirrors)
 	}
 	l.sourcesSeen[u.Source] = true
+	pods.sourceSpoke(u.Source)
+}
+
+// keepCreationTime gives a re-read pod without a creation time (a static
+// pod's manifest read again) the one the agent gave it when it first came,
+// so that its age, and what is measured from it, survive the re-read.
+func keepCreationTime(p, cur *v1.Pod) {
+	if p.CreationTimestamp.IsZero() {
+		p.CreationTimestamp = cur.CreationTimestamp
+	}
 }
 
 // specChanged reports whether a source sent a pod that differs from the
@@ -226,9 +237,16 @@ func specChanged(cur, p *v1.Pod) bool {
 // rejected: the pod then ends Failed with the rejection's reason and never
 // runs.
 func (l *Loop) addPod(ctx context.Context, pod *v1.Pod) {
+	now := l.cfg.Clock.Now()
 	if pod.CreationTimestamp.IsZero() {
-		pod.CreationTimestamp = metav1.NewTime(l.cfg.Clock.Now())
+		// A static pod has no creation time of its own: the first time
+		// it was seen, by this run or (its saved start time) the last.
+		pod.CreationTimestamp = metav1.NewTime(now)
+		if st, ok := l.cfg.Pods.GetPodStatus(pod.UID); ok && st.StartTime != nil && !st.StartTime.IsZero() && st.StartTime.Time.Before(now) {
+			pod.CreationTimestamp = *st.StartTime
+		}
 	}
+	l.cfg.Pods.markSeen(pod.UID, now)
 	active := l.cfg.Pods.Active()
 	l.cfg.Pods.setDesired(pod)
 	if ok, reason, msg := l.admit(ctx, pod, active); !ok {

@@ -97,9 +97,16 @@ func (p *Planner) gate(pod *v1.Pod, ps *container.PodStatus, specs []v1.Containe
 // heldBack reports whether container c, about to be started, exited
 // before and must wait out its back-off (its delay and what is left of it).
 // A container allowed to restart moves its back-off one step on.
+//
+// Whatever ended the last attempt counts, as in the kubelet: an exit of its
+// own, or a kill for a failed liveness or startup probe. A container killed
+// in this very sync still shows as running, so the back-off is measured
+// from the newest attempt that already exited: the first probe kill
+// restarts at once, later ones wait 10 s, 20 s, ... up to 5 min and show
+// CrashLoopBackOff meanwhile.
 func (p *Planner) heldBack(pod *v1.Pod, ps *container.PodStatus, c *v1.Container) (delay, left time.Duration, held bool) {
-	prev := ps.FindContainer(c.Name)
-	if prev == nil || prev.State != container.StateExited || prev.FinishedAt.IsZero() {
+	prev := newestExited(ps, c.Name)
+	if prev == nil || prev.FinishedAt.IsZero() {
 		return 0, 0, false // first start
 	}
 	key := backoffKey(pod, c)
@@ -108,6 +115,21 @@ func (p *Planner) heldBack(pod *v1.Pod, ps *container.PodStatus, c *v1.Container
 	}
 	p.crashBackoff.Next(key, prev.FinishedAt)
 	return 0, 0, false
+}
+
+// newestExited returns the newest attempt of the named container that has
+// exited, nil when none has.
+func newestExited(ps *container.PodStatus, name string) *container.ContainerStatus {
+	if ps == nil {
+		return nil
+	}
+	var newest *container.ContainerStatus
+	for _, c := range ps.Containers {
+		if c.Name == name && c.State == container.StateExited && (newest == nil || c.CreatedAt.After(newest.CreatedAt)) {
+			newest = c
+		}
+	}
+	return newest
 }
 
 // backoffKey names a container's back-off: a changed spec starts afresh.

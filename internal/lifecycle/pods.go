@@ -1,8 +1,10 @@
 package lifecycle
 
 import (
+	"context"
 	"sort"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +27,9 @@ type Pods struct {
 	statuses     map[types.UID]v1.PodStatus
 	final        map[types.UID]v1.PodStatus // set by eviction: the status a pod ends with
 	started      map[types.UID]bool         // start latency already reported
+	seen         map[types.UID]time.Time    // when this run first saw each pod
+	spoke        map[string]bool            // sources whose first snapshot was handled
+	spokeCh      chan struct{}              // closed (and replaced) when spoke grows
 	sourcesReady bool                       // every source has been read once
 }
 
@@ -39,6 +44,9 @@ func NewPods(store StatusStore) *Pods {
 		statuses: map[types.UID]v1.PodStatus{},
 		final:    map[types.UID]v1.PodStatus{},
 		started:  map[types.UID]bool{},
+		seen:     map[types.UID]time.Time{},
+		spoke:    map[string]bool{},
+		spokeCh:  make(chan struct{}),
 	}
 }
 
@@ -95,6 +103,8 @@ func (s *Pods) List() []v1.Pod {
 		c := *p.DeepCopy()
 		if st, ok := s.statuses[p.UID]; ok {
 			c.Status = st
+		} else if st, ok := s.restoredLocked(p.UID); ok {
+			c.Status = st // not synced yet since a restart: as last saved
 		} else {
 			c.Status.Phase = v1.PodPending
 		}
@@ -117,6 +127,15 @@ func (s *Pods) List() []v1.Pod {
 		return out[i].UID < out[j].UID
 	})
 	return out
+}
+
+// restoredLocked returns the status the last run saved for a pod this run
+// has not synced yet; s.mu must be held.
+func (s *Pods) restoredLocked(uid types.UID) (v1.PodStatus, bool) {
+	if s.store == nil || s.rejected[uid] {
+		return v1.PodStatus{}, false
+	}
+	return s.store.Restored(uid)
 }
 
 // IsGone reports whether a pod's leftovers may be removed: every source
@@ -174,6 +193,60 @@ func (s *Pods) firstStart(uid types.UID) bool {
 	}
 	s.started[uid] = true
 	return true
+}
+
+// sourceSpoke records that a source's snapshot was handled: its pods are
+// listed.
+func (s *Pods) sourceSpoke(source string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.spoke[source] {
+		return
+	}
+	s.spoke[source] = true
+	close(s.spokeCh)
+	s.spokeCh = make(chan struct{})
+}
+
+// WaitForSources returns once the first snapshot of each of sources was
+// handled, so a listing shows their pods, or with ctx's error. A starting
+// agent waits for it before it answers /pods, which would otherwise come
+// back empty right after a restart.
+func (s *Pods) WaitForSources(ctx context.Context, sources []string) error {
+	for {
+		s.mu.RLock()
+		ch, all := s.spokeCh, true
+		for _, src := range sources {
+			all = all && s.spoke[src]
+		}
+		s.mu.RUnlock()
+		if all {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// markSeen records when this run first saw a pod (the start of its start
+// latency); later calls keep the first time.
+func (s *Pods) markSeen(uid types.UID, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[uid]; !ok {
+		s.seen[uid] = now
+	}
+}
+
+// firstSeen returns when this run first saw a pod.
+func (s *Pods) firstSeen(uid types.UID) (time.Time, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	t, ok := s.seen[uid]
+	return t, ok
 }
 
 func (s *Pods) isLeaving(uid types.UID) bool {
@@ -242,6 +315,7 @@ func (s *Pods) forget(uid types.UID) {
 	delete(s.statuses, uid)
 	delete(s.final, uid)
 	delete(s.started, uid)
+	delete(s.seen, uid)
 	s.mu.Unlock()
 	if s.store != nil {
 		s.store.Remove(uid)

@@ -72,10 +72,12 @@ type ProbeWorkers interface {
 }
 
 // ProbeResults says which running containers failed a probe that restarts
-// them.
+// them, and which passed their startup probe (a sidecar that has not holds
+// back the containers after it).
 type ProbeResults interface {
 	LivenessFailed(id container.ID) bool
 	StartupFailed(id container.ID) bool
+	StartupSucceeded(id container.ID) bool
 }
 
 // ProbeStatus fills in ready and started in a generated status.

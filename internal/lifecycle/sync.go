@@ -276,19 +276,29 @@ func (s *Syncer) publish(ctx context.Context, pod *v1.Pod, st v1.PodStatus) {
 	}
 }
 
-// markStarted reports the pod's start latency the first time all of its
-// containers run.
+// markStarted reports the pod's start latency, from when this run first
+// saw the pod, the first time all of its containers run. A pod whose
+// containers a previous run started (adopted after a restart) has no
+// start latency to report.
 func (s *Syncer) markStarted(pod *v1.Pod, st v1.PodStatus) {
 	if st.Phase != v1.PodRunning || len(st.ContainerStatuses) == 0 {
+		return
+	}
+	seen, ok := s.cfg.Pods.firstSeen(pod.UID)
+	if !ok {
 		return
 	}
 	for _, c := range st.ContainerStatuses {
 		if c.State.Running == nil {
 			return
 		}
+		if c.State.Running.StartedAt.Time.Before(seen.Truncate(time.Second)) {
+			s.cfg.Pods.firstStart(pod.UID) // started before this run
+			return
+		}
 	}
 	if s.cfg.Pods.firstStart(pod.UID) {
-		s.cfg.Metrics.ObservePodStart(s.cfg.Clock.Since(pod.CreationTimestamp.Time))
+		s.cfg.Metrics.ObservePodStart(max(s.cfg.Clock.Since(seen), 0))
 	}
 }
 

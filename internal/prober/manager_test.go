@@ -361,3 +361,38 @@ func seriesCount(t *testing.T, reg *prometheus.Registry, name string) int {
 	}
 	return 0
 }
+
+// TestLastStartedSurvivesRestart: after an agent restart, a container that
+// had passed its startup probe counts as started, and stays ready, until a
+// probe says otherwise; its startup probe is not run again, and a sidecar
+// that had started does not hold back what follows it.
+func TestLastStartedSurvivesRestart(t *testing.T) {
+	h := newHarness(t)
+	h.m.cfg.LastReadiness = func(id string) bool { return id == "test://cid-1" }
+	h.m.cfg.LastStarted = func(id string) bool { return id == "test://cid-1" }
+	pod := newPod("uid-1", v1.Container{Name: "app", StartupProbe: execProbe(), ReadinessProbe: execProbe()})
+	if err := h.m.AddPod(pod); err != nil {
+		t.Fatal(err)
+	}
+	s := running(h.clk.Now(), "app", "test://cid-1")
+	h.status.set(pod.UID, s)
+	h.m.UpdatePodStatus(pod, &s)
+	if cs := s.ContainerStatuses[0]; cs.Started == nil || !*cs.Started || !cs.Ready {
+		t.Fatalf("before any probe after a restart: started %v ready %v, want both true", cs.Started, cs.Ready)
+	}
+	if !h.m.StartupSucceeded(tid("cid-1")) || h.m.StartupSucceeded(tid("cid-2")) {
+		t.Fatal("StartupSucceeded must follow the saved startup of exactly that container")
+	}
+	h.step(t, h.worker(t, pod, "app", Startup)) // rests: no probe run
+	if r, _ := h.m.Get(Startup, "test://cid-1"); r != Success {
+		t.Fatalf("startup result = %v, want Success", r)
+	}
+
+	// A new instance of the container starts over.
+	s = running(h.clk.Now(), "app", "test://cid-2")
+	h.status.set(pod.UID, s)
+	h.m.UpdatePodStatus(pod, &s)
+	if cs := s.ContainerStatuses[0]; *cs.Started || cs.Ready {
+		t.Fatal("a container that never passed its startup probe counts as started")
+	}
+}

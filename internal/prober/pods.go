@@ -182,7 +182,7 @@ func (m *Manager) startedLocked(uid types.UID, cs *v1.ContainerStatus) bool {
 		return r == Success
 	}
 	_, hasProbe := m.workers[probeKey{podUID: uid, container: cs.Name, kind: Startup}]
-	return !hasProbe
+	return !hasProbe || m.cfg.LastStarted != nil && m.cfg.LastStarted(cs.ContainerID)
 }
 
 // containerStarted is startedLocked for a worker.

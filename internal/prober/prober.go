@@ -112,6 +112,10 @@ type Config struct {
 	// the agent restarted; such a container stays ready until its probe
 	// says otherwise (no readiness storm on restart). Optional.
 	LastReadiness func(containerID string) bool
+	// LastStarted, when set, tells whether a container had passed its
+	// startup probe before the agent restarted: it counts as started
+	// (and may be ready) until a probe says otherwise.
+	LastStarted func(containerID string) bool
 	// ObserveLateness, when set, gets how late each probe started against
 	// its schedule; for benchmarks. Optional.
 	ObserveLateness func(time.Duration)
@@ -239,6 +243,17 @@ func (m *Manager) LivenessFailed(id container.ID) bool {
 func (m *Manager) StartupFailed(id container.ID) bool {
 	r, ok := m.Get(Startup, id.String())
 	return ok && r == Failure
+}
+
+// StartupSucceeded reports whether the container's startup probe has
+// succeeded (in this run, or before the agent restarted), so the
+// containers after a sidecar may start.
+func (m *Manager) StartupSucceeded(id container.ID) bool {
+	r, ok := m.Get(Startup, id.String())
+	if ok {
+		return r == Success
+	}
+	return m.cfg.LastStarted != nil && m.cfg.LastStarted(id.String())
 }
 
 // setResult publishes w's result for containerID and queues an Update if

@@ -101,6 +101,9 @@ func (m *Manager) doProbe(ctx context.Context, w *worker) (keepGoing bool) {
 			initial = Success
 			w.lastResult, w.resultRun = Success, int(w.spec.SuccessThreshold)
 		}
+		if w.kind == Startup && m.cfg.LastStarted != nil && m.cfg.LastStarted(c.ContainerID) {
+			initial = Success // started before the agent restarted: stays so
+		}
 		m.setResult(w, w.containerID, initial)
 	}
 	if w.onHold {

@@ -76,6 +76,23 @@ func (s *PodStatuses) WasReady(containerID string) bool {
 	return false
 }
 
+// WasStarted reports whether a container had started (passed its startup
+// probe) when the last run saved its pod's status.
+func (s *PodStatuses) WasStarted(containerID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.restored {
+		for _, list := range [][]v1.ContainerStatus{st.ContainerStatuses, st.InitContainerStatuses} {
+			for _, c := range list {
+				if c.ContainerID == containerID {
+					return c.Started != nil && *c.Started
+				}
+			}
+		}
+	}
+	return false
+}
+
 // Save writes a pod's status when it changed since the last write.
 func (s *PodStatuses) Save(uid types.UID, st v1.PodStatus) {
 	b, err := json.Marshal(st)

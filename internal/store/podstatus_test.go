@@ -17,7 +17,14 @@ func TestPodStatusesSurviveARestart(t *testing.T) {
 	dir := t.TempDir()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	first := OpenPodStatuses(dir, log)
-	st := v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{Name: "main", ContainerID: "minilet://c1", Ready: true}}}
+	started, notStarted := true, false
+	st := v1.PodStatus{Phase: v1.PodRunning,
+		ContainerStatuses: []v1.ContainerStatus{
+			{Name: "main", ContainerID: "minilet://c1", Ready: true, Started: &started},
+			{Name: "slow", ContainerID: "minilet://c2", Started: &notStarted},
+		},
+		InitContainerStatuses: []v1.ContainerStatus{{Name: "proxy", ContainerID: "minilet://s1", Started: &started}},
+	}
 	first.Save("a", st)
 	if err := os.MkdirAll(filepath.Join(dir, "bad"), 0o750); err != nil {
 		t.Fatal(err)
@@ -36,6 +43,10 @@ func TestPodStatusesSurviveARestart(t *testing.T) {
 	}
 	if !second.WasReady("minilet://c1") || second.WasReady("minilet://other") {
 		t.Error("readiness of the saved container not restored exactly")
+	}
+	if !second.WasStarted("minilet://c1") || !second.WasStarted("minilet://s1") ||
+		second.WasStarted("minilet://c2") || second.WasStarted("minilet://other") {
+		t.Error("startup of the saved containers (app and sidecar) not restored exactly")
 	}
 	second.Remove("a")
 	if _, ok := OpenPodStatuses(dir, log).Restored("a"); ok {
