@@ -34,7 +34,15 @@ import (
 // cgroup (see runHelperAgent).
 const helperAgentEnv = "MINILET_SUPERVISOR_TEST_AGENT"
 
+// slowSetupEnv, in a container's environment, makes this test binary,
+// acting as the exec trampoline, take that long to set up (a loaded
+// machine).
+const slowSetupEnv = "MINILET_SUPERVISOR_TEST_SLOW_SETUP"
+
 func TestMain(m *testing.M) {
+	if d, err := time.ParseDuration(os.Getenv(slowSetupEnv)); err == nil && len(os.Args) > 0 && os.Args[0] == monitorproc.TrampolineArg0 {
+		time.Sleep(d)
+	}
 	monitorproc.MaybeRun()
 	if v := os.Getenv(helperAgentEnv); v != "" {
 		os.Exit(runHelperAgent(v))
