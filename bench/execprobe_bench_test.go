@@ -61,7 +61,9 @@ func benchExecProbe(b *testing.B, helper string) {
 	sb, err := rt.RunPodSandbox(ctx, &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "bench", Namespace: "bench", Uid: "bench-uid"},
 		LogDirectory: b.TempDir(),
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: parent},
+		Linux: &runtimeapi.LinuxPodSandboxConfig{CgroupParent: parent,
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{
+				Network: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_NODE}}},
 	}, "")
 	if err != nil {
 		b.Fatal(err)

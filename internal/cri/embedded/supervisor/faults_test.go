@@ -344,7 +344,7 @@ func runHelperAgent(arg string) int {
 		return 1
 	}
 	rec := looper(parent, marker)
-	if err := s.Create(rec); err == nil {
+	if err = s.Create(rec); err == nil {
 		err = s.Start(rec.ID)
 	}
 	if err != nil {
