@@ -32,6 +32,12 @@ func runMonitor(dir string) int {
 		fmt.Fprintln(os.Stderr, "monitor:", err)
 		return 2
 	}
+	// Out of the agent's cgroups first: the monitor must outlive them.
+	for _, h := range spec.MonitorCgroupDirs {
+		if err := cgroups.JoinDir(h.Dir, os.Getpid()); err != nil {
+			fmt.Fprintln(os.Stderr, "monitor: join the monitors' cgroup:", err)
+		}
+	}
 	// Signals aimed at the monitor must not kill it: the container would be
 	// orphaned without an exit record. Caught (not ignored) signals revert to
 	// their defaults in the child at exec.
@@ -73,8 +79,10 @@ func runMonitor(dir string) int {
 	}
 	self := os.Getpid()
 	ticks, _ := ProcStartTicks(self)
+	ctrTicks, _ := ProcStartTicks(cmd.Process.Pid)
 	if err := statefile.WriteVolatile(filepath.Join(dir, FileStart), StartRecord{
-		MonitorPid: self, MonitorTicks: ticks, Pid: cmd.Process.Pid, StartedAt: time.Now().UnixNano(),
+		MonitorPid: self, MonitorTicks: ticks, Pid: cmd.Process.Pid, Ticks: ctrTicks, BootID: BootID(),
+		StartedAt: time.Now().UnixNano(),
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "monitor: write start record:", err)
 	}

@@ -97,6 +97,10 @@ type Spec struct {
 	Mounts []BindMount `json:"mounts,omitempty"`
 	// Pod names the pod namespaces the container joins.
 	Pod PodNamespaces `json:"pod,omitempty"`
+	// MonitorCgroupDirs are the cgroups the monitor moves itself into
+	// before anything else: its own, outside the agent's, so that whatever
+	// ends the agent's cgroup (a service manager) does not end it.
+	MonitorCgroupDirs []CgroupDir `json:"monitorCgroupDirs,omitempty"`
 	// Security confines the container (any image); nil leaves a
 	// host-image container as the monitor starts it: root with every
 	// capability, in the host's namespaces.
@@ -168,8 +172,22 @@ type StartRecord struct {
 	MonitorPid   int    `json:"monitorPid"`
 	MonitorTicks uint64 `json:"monitorTicks"` // start time of the monitor, against pid reuse
 	Pid          int    `json:"pid"`
-	StartedAt    int64  `json:"startedAt"`
-	Error        string `json:"error,omitempty"`
+	// Ticks is the container process's start time and BootID the boot it
+	// runs in: with Pid they name it for good (see ProcID).
+	Ticks     uint64 `json:"ticks,omitempty"`
+	BootID    string `json:"bootId,omitempty"`
+	StartedAt int64  `json:"startedAt"`
+	Error     string `json:"error,omitempty"`
+}
+
+// Monitor names the monitor process that wrote the record.
+func (r *StartRecord) Monitor() ProcID {
+	return ProcID{Pid: r.MonitorPid, Ticks: r.MonitorTicks, BootID: r.BootID}
+}
+
+// Container names the container's main process.
+func (r *StartRecord) Container() ProcID {
+	return ProcID{Pid: r.Pid, Ticks: r.Ticks, BootID: r.BootID}
 }
 
 // ExitRecord is the final word on a container process.

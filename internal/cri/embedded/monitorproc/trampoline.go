@@ -54,7 +54,7 @@ func runTrampoline() int {
 		return fail(err)
 	}
 	if pid := os.Getenv(TrampolinePidEnv); pid != "" {
-		return execInContainer(pid, os.Getenv(TrampolineDirEnv), argv, env, sec, fail)
+		return execInContainer(pid, os.Getenv(TrampolineDirEnv), argv, env, sec, report, fail)
 	}
 	var cred *syscall.Credential
 	if pid := os.Getenv(TrampolineMntEnv); pid != "" {
@@ -119,7 +119,7 @@ func enterMountNamespace(pid, dir string) error {
 // join the container's as enterMountNamespace does), which only its
 // /proc/self/mounts can tell. The trampoline waits for it and exits with
 // its status.
-func execInContainer(pid, dir string, argv, env []string, sec *Security, fail func(error) int) int {
+func execInContainer(pid, dir string, argv, env []string, sec *Security, report *os.File, fail func(error) int) int {
 	runtime.LockOSThread() // setns below is per thread; the child forks from it
 	cred, err := procCredential(pid)
 	if err != nil {
@@ -175,6 +175,9 @@ func execInContainer(pid, dir string, argv, env []string, sec *Security, fail fu
 	if err := cmd.Start(); err != nil {
 		return fail(err)
 	}
+	// Set-up is over: closing the report tells the agent the command runs
+	// (its timeout starts now).
+	_ = report.Close()
 	_ = cmd.Wait()
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {

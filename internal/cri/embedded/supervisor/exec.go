@@ -78,7 +78,9 @@ func (s *Supervisor) Exec(ctx context.Context, containerID string, cmd []string,
 }
 
 // ExecStream runs cmd as Exec does, with the given standard streams, until
-// it exits, the timeout (0 = none) passes or ctx ends (which kill it).
+// it exits, the timeout (0 = none) passes or ctx ends (which kill it). The
+// timeout counts from the moment the command itself starts: entering the
+// container (the trampoline) is not part of it.
 func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []string, timeout time.Duration, stdio Stdio) error {
 	if len(cmd) == 0 {
 		return fmt.Errorf("exec in container %s: field cmd is required: %w", containerID, errdefs.ErrInvalidArgument)
@@ -91,11 +93,6 @@ func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []s
 		return fmt.Errorf("exec in container %s: container is not running: %w", containerID, errdefs.ErrConflict)
 	}
 	rec, pid := c.Record, c.Start.Pid
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
 
 	// The trampoline joins the cgroups and then execs cmd; argv holds the
 	// cgroup directories, "--", and the command.
@@ -114,7 +111,7 @@ func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []s
 	}
 	args = append(append(args, "--"), cmd...)
 	proc := &exec.Cmd{
-		Path:        selfExe, // the trampoline is always the agent's own binary
+		Path:        s.trampoline(),
 		Args:        args,
 		Env:         append(append([]string{}, rec.Env...), monitorproc.TrampolineEnv+"=1"),
 		Dir:         rec.WorkingDir,
@@ -158,24 +155,55 @@ func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []s
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- proc.Wait() }()
-	var waitErr error
-	timedOut := false
-	select {
-	case waitErr = <-waited:
-	case <-ctx.Done():
-		timedOut = true
-		_ = syscall.Kill(-proc.Process.Pid, syscall.SIGKILL)
-		waitErr = <-waited
+	// The timeout measures the command, as the kubelet's does: its clock
+	// starts once the trampoline is done setting up (the report pipe closes
+	// when it execs or starts the command), not when it was launched.
+	setup := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(report); setup <- b }()
+	var (
+		waitErr   error
+		failure   []byte
+		setupDone bool
+		timer     *time.Timer
+		deadline  <-chan time.Time
+		timedOut  bool
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for running := true; running; {
+		select {
+		case waitErr = <-waited:
+			running = false
+		case failure = <-setup:
+			setupDone = true
+			if timeout > 0 && len(failure) == 0 {
+				timer = time.NewTimer(timeout)
+				deadline = timer.C
+			}
+		case <-deadline:
+			timedOut = true
+			_ = syscall.Kill(-proc.Process.Pid, syscall.SIGKILL)
+			waitErr, running = <-waited, false
+		case <-ctx.Done():
+			timedOut = true
+			_ = syscall.Kill(-proc.Process.Pid, syscall.SIGKILL)
+			waitErr, running = <-waited, false
+		}
 	}
 	if term != nil {
 		term.drain()
 	}
-	failure, _ := io.ReadAll(report)
+	if !setupDone {
+		failure = <-setup
+	}
 	if len(failure) > 0 {
 		return fmt.Errorf("exec %q in container %s: %s: %w", strings.Join(cmd, " "), containerID, failure, errdefs.ErrNotFound)
 	}
 	if timedOut {
-		if timeout == 0 {
+		if ctx.Err() != nil {
 			return fmt.Errorf("exec %q in container %s: %w", strings.Join(cmd, " "), containerID, ctx.Err())
 		}
 		// errors.Is(err, context.DeadlineExceeded), and gRPC code DeadlineExceeded
@@ -208,6 +236,11 @@ func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []s
 	}
 	return nil
 }
+
+// trampoline is the program exec starts to enter the container: the small
+// monitor binary when there is one (it has the trampoline role too, and
+// starts in a fraction of the agent's time and CPU), else the agent itself.
+func (s *Supervisor) trampoline() string { return s.monitor }
 
 // capBuffer keeps the first maxExecOutput bytes written to it.
 type capBuffer struct {

@@ -117,7 +117,7 @@ func (s *Supervisor) launch(c *container, rec *Record) (bool, error) {
 	}
 	spec.Args, spec.Env, spec.WorkingDir, spec.LogPath = rec.Args, rec.Env, rec.WorkingDir, rec.LogFile
 	spec.Stdin, spec.StdinOnce, spec.Security = rec.Stdin, rec.StdinOnce, rec.Security
-	spec.Pod = rec.Pod
+	spec.Pod, spec.MonitorCgroupDirs = rec.Pod, s.monDirs
 	if rec.Rootfs != nil {
 		spec.Rootfs = s.rootfsSpec(dir, rec.Rootfs)
 	} else if len(rec.Mounts) > 0 {

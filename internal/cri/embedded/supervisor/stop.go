@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
+	"github.com/minilet/minilet/internal/cri/embedded/monitorproc"
 	"github.com/minilet/minilet/internal/errdefs"
 )
 
@@ -38,13 +39,20 @@ func (s *Supervisor) Stop(ctx context.Context, id string, timeout int64) error {
 		s.mu.Unlock()
 		return errNotFound(id)
 	}
-	start, exited, done, stopSignal := c.start, c.exited, c.exit != nil, c.rec.StopSignal
+	start, exited, done, stopSignal, rec := c.start, c.exited, c.exit != nil, c.rec.StopSignal, c.rec
 	s.mu.Unlock()
 	if start == nil || done || start.Error != "" {
 		return nil
 	}
+	// Only the container's own process is signalled: a PID from its start
+	// record that now names another process is left alone (its cgroup,
+	// which holds nothing else, is killed below).
+	var ctr monitorproc.ProcID
+	if s.containerRunning(&rec, start) {
+		ctr = start.Container()
+	}
 	if timeout > 0 {
-		signalGroup(start.Pid, parseStopSignal(stopSignal))
+		_, _ = ctr.SignalGroup(parseStopSignal(stopSignal))
 		t := time.NewTimer(time.Duration(timeout) * time.Second)
 		select {
 		case <-exited:
@@ -55,7 +63,7 @@ func (s *Supervisor) Stop(ctx context.Context, id string, timeout int64) error {
 		case <-t.C:
 		}
 	}
-	signalGroup(start.Pid, syscall.SIGKILL)
+	_, _ = ctr.SignalGroup(syscall.SIGKILL)
 	if n, err := cgroupName(c.rec.CgroupPath); err == nil {
 		_ = s.cg.Kill(n)
 	}
@@ -148,8 +156,8 @@ func (s *Supervisor) ReopenLog(ctx context.Context, id string) error {
 	if logFile == "" {
 		return fmt.Errorf("reopen log of container %s: container has no log path: %w", id, errdefs.ErrConflict)
 	}
-	if err := signalProcess(start.MonitorPid, sigReopen); err != nil {
-		return fmt.Errorf("reopen log of container %s: %w", id, err)
+	if ok, err := start.Monitor().Signal(sigReopen); err != nil || !ok {
+		return fmt.Errorf("reopen log of container %s: signal its monitor (pid %d): %w", id, start.MonitorPid, errors.Join(err, errdefs.ErrConflict))
 	}
 	if err := pollUntil(ctx, logWaitTimeout, func() bool { _, err := os.Stat(logFile); return err == nil }); err != nil {
 		return fmt.Errorf("reopen log of container %s: log file %s did not reappear: %w", id, logFile, err)
@@ -173,24 +181,6 @@ func parseStopSignal(s string) syscall.Signal {
 		return sig
 	}
 	return syscall.SIGTERM
-}
-
-// signalGroup signals the container's process group, or the process alone if
-// it left its group.
-func signalGroup(pid int, sig syscall.Signal) {
-	if pid <= 0 {
-		return
-	}
-	if err := syscall.Kill(-pid, sig); errors.Is(err, syscall.ESRCH) {
-		_ = syscall.Kill(pid, sig)
-	}
-}
-
-func signalProcess(pid int, sig syscall.Signal) error {
-	if err := syscall.Kill(pid, sig); err != nil {
-		return fmt.Errorf("signal %d: %w", pid, err)
-	}
-	return nil
 }
 
 // pollUntil checks cond every 10ms until it holds, ctx ends or timeout passes.

@@ -38,6 +38,9 @@ type Config struct {
 	Monitor string
 	// Layers locates the image layers of containers from images. Required.
 	Layers Layers
+	// MonitorCgroup is the cgroup monitors move into, outside the agent's.
+	// Default: DefaultMonitorCgroup.
+	MonitorCgroup cgroups.Name
 }
 
 // Layers is where image layers are unpacked (the image store).
@@ -54,6 +57,9 @@ type Supervisor struct {
 	cg      cgroups.Driver
 	monitor string
 	layers  Layers
+	// monDirs are the monitors' own cgroup directories (see
+	// DefaultMonitorCgroup).
+	monDirs []monitorproc.CgroupDir
 
 	mu         sync.Mutex
 	containers map[string]*container
@@ -110,9 +116,14 @@ func Open(cfg Config) (*Supervisor, error) {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create runtime state dir: %w", err)
 	}
+	if cfg.MonitorCgroup == nil {
+		cfg.MonitorCgroup = DefaultMonitorCgroup
+	}
+	s.monDirs = s.monitorCgroupDirs(cfg.MonitorCgroup)
 	if err := s.load(); err != nil {
 		return nil, err
 	}
+	s.recoverLost()
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	s.wg.Add(1)

@@ -65,8 +65,9 @@ func (s *Supervisor) checkExits() (adopted int) {
 			}
 			// The monitor may have written the record just before exiting.
 			if x = s.loadExit(c.dir); x == nil {
-				x = &monitorproc.ExitRecord{ExitCode: 255, FinishedAt: time.Now().UnixNano(), Reason: monitorproc.ReasonError,
-					Message: "the container's monitor exited without recording the exit status"}
+				// It did not: the container may well still run (see
+				// recover.go).
+				x = s.monitorLost(c)
 				if err := statefile.Write(filepath.Join(c.dir, monitorproc.FileExit), x); err != nil {
 					s.log.Warn("cannot record container exit", "container", c.rec.ID, "err", err)
 				}
@@ -93,9 +94,5 @@ func (s *Supervisor) setExit(c *container, x *monitorproc.ExitRecord) {
 
 // monitorAlive reports whether the monitor that wrote st still runs.
 func monitorAlive(st *monitorproc.StartRecord) bool {
-	if st.MonitorPid <= 0 {
-		return false
-	}
-	ticks, alive := monitorproc.ProcStartTicks(st.MonitorPid)
-	return alive && (st.MonitorTicks == 0 || ticks == st.MonitorTicks)
+	return st.Monitor().Alive()
 }

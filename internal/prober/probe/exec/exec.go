@@ -24,10 +24,13 @@ type Execer interface {
 // ErrTimedOut may be wrapped by an Execer to say the command timed out.
 var ErrTimedOut = errors.New("command timed out")
 
-// timeoutGrace is how much longer than the probe timeout the context given
-// to the Execer lives, so the runtime's own timeout fires first and the
-// context is only a backstop.
-const timeoutGrace = time.Second
+// setupAllowance is how much longer than the probe timeout the context
+// given to the Execer lives. The timeout is the command's (the runtime
+// measures it from the moment the command starts, as the kubelet's
+// runtimes do); entering the container before that is not part of it and
+// may take long on a loaded machine. The context is only a backstop, as
+// long as the kubelet's (its default --runtime-request-timeout, 2 min).
+const setupAllowance = 2 * time.Minute
 
 // Probe runs cmd in the container and classifies the outcome. The output is
 // stdout followed by stderr, capped at probe.MaxOutput.
@@ -35,7 +38,7 @@ func Probe(ctx context.Context, e Execer, id container.ID, cmd []string, timeout
 	if len(cmd) == 0 {
 		return probe.Unknown, "", errors.New("exec probe: command is empty")
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout+timeoutGrace)
+	ctx, cancel := context.WithTimeout(ctx, timeout+setupAllowance)
 	defer cancel()
 	stdout, stderr, code, err := e.ExecSync(ctx, id, cmd, timeout)
 	out := make([]byte, 0, len(stdout)+len(stderr))
