@@ -40,6 +40,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minilet/minilet/internal/cri/embedded"
+	"github.com/minilet/minilet/internal/cri/embedded/podnet/podnettest"
 )
 
 // TestMain lets the embedded runtime re-execute this test binary as its
@@ -139,7 +140,7 @@ func BenchmarkImagePull(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		root := b.TempDir()
-		rt, err := embedded.New(embedded.Config{RootDir: root, Logger: imagesBenchLogger()})
+		rt, err := embedded.New(embedded.Config{RootDir: root, Logger: imagesBenchLogger(), CNIConfDir: b.TempDir(), CNIBinDirs: []string{podnettest.BinDir(b)}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -234,7 +235,7 @@ func benchColdStart(b *testing.B, host bool) {
 		b.Skip("needs root (namespaces, mounts, cgroups)")
 	}
 	ctx := context.Background()
-	rt, err := embedded.New(embedded.Config{RootDir: b.TempDir(), Logger: imagesBenchLogger()})
+	rt, err := embedded.New(embedded.Config{RootDir: b.TempDir(), Logger: imagesBenchLogger(), CNIConfDir: b.TempDir(), CNIBinDirs: []string{podnettest.BinDir(b)}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -113,6 +113,11 @@ func (r *Runtime) startPause(rec *sandbox.Record) error {
 		return fmt.Errorf("start the pause process holding the pod's pid namespace: %w", err)
 	}
 	go func() { _ = cmd.Wait() }()
+	// Out of the agent's cgroup, with the monitors: a service manager
+	// ending the agent's cgroup must not end the pod's PID namespace.
+	if err := r.ctrs.JoinMonitorCgroup(cmd.Process.Pid); err != nil {
+		r.log.Warn("the pause stays in the agent's cgroup", "sandbox", rec.ID, "err", err)
+	}
 	rec.PausePID = cmd.Process.Pid
 	rec.PauseStart, _ = monitorproc.ProcStartTicks(rec.PausePID)
 	p, err := podns.HoldPID(r.nsDir(rec.ID), rec.PausePID)

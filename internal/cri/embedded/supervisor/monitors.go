@@ -113,3 +113,15 @@ func (s *Supervisor) findMonitors() map[string]liveMonitor {
 	}
 	return out
 }
+
+// JoinMonitorCgroup moves process pid (a helper of the runtime that must
+// outlive the agent, as a pod's pause) into the monitors' cgroup, out of
+// the agent's. Without a monitors' cgroup it is a no-op.
+func (s *Supervisor) JoinMonitorCgroup(pid int) error {
+	for _, d := range s.monDirs {
+		if err := cgroups.JoinDir(d.Dir, pid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
