@@ -90,6 +90,11 @@ func TestPodNetworkNamespaces(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != cfgA.Hostname {
 		t.Errorf("pod B fetching pod A: %q %v, want %q", out, err, cfgA.Hostname)
 	}
+	// The pod's own loopback is up: its server answers on 127.0.0.1.
+	out, _, err = r.ExecSync(ctx, a, []string{"python3", "-c", fmt.Sprintf("import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/', timeout=10).read().decode())", port)}, 30*time.Second)
+	if err != nil || strings.TrimSpace(string(out)) != cfgA.Hostname {
+		t.Errorf("pod A fetching its own loopback: %q %v, want %q", out, err, cfgA.Hostname)
+	}
 	// The exec sees its pod's interfaces and hostname.
 	out, _, err = r.ExecSync(ctx, a, []string{"sh", "-c", "hostname; cat /proc/net/dev | grep -c eth0"}, 30*time.Second)
 	if err != nil || string(out) != cfgA.Hostname+"\n1\n" {

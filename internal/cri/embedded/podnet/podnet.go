@@ -2,8 +2,8 @@
 // network through CNI, as containerd and CRI-O do: the first network
 // configuration in ConfDir (lexical order, .conflist, .conf or .json) is
 // run by libcni with the plugins of BinDirs against the pod's network
-// namespace, the loopback plugin brings up its lo, and the result's
-// addresses are the pod's IPs. Host ports travel as the portMappings
+// namespace (whose lo package podns brought up, as the loopback plugin
+// would), and the result's addresses are the pod's IPs. Host ports travel as the portMappings
 // capability (the portmap plugin). When ConfDir holds no configuration,
 // DefaultConfList is written there first, as podman and containerd's
 // packaged defaults do.
@@ -43,9 +43,6 @@ var DefaultConfList string
 // DefaultConfName is the file DefaultConfList is written to.
 const DefaultConfName = "10-minilet.conflist"
 
-// loopbackConf brings up a pod's lo, which every pod has.
-const loopbackConf = `{"cniVersion": "1.0.0", "name": "cni-loopback", "type": "loopback"}`
-
 // maxConfSize bounds a network configuration file.
 const maxConfSize = 1 << 20
 
@@ -66,7 +63,6 @@ type Network struct {
 	log     *slog.Logger
 	confDir string
 	cni     *libcni.CNIConfig
-	lo      *libcni.NetworkConfigList
 
 	writeDefault sync.Once
 }
@@ -113,33 +109,20 @@ func New(cfg Config) (*Network, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	lo, err := libcni.NetworkConfFromBytes([]byte(loopbackConf))
-	if err != nil {
-		return nil, err
-	}
-	lo, err = asList(lo, []byte(loopbackConf))
-	if err != nil {
-		return nil, err
-	}
 	return &Network{
 		log:     cfg.Logger.With("component", "podnet"),
 		confDir: cfg.ConfDir,
 		cni:     libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, nil),
-		lo:      lo,
 	}, nil
 }
 
-// Attach runs CNI ADD for pod: loopback, then the network. On failure what
-// was added is deleted again.
+// Attach runs CNI ADD for pod. On failure what was added is deleted again.
 func (n *Network) Attach(ctx context.Context, pod Pod) (Attachment, error) {
 	list, err := n.conf()
 	if err != nil {
 		return Attachment{}, err
 	}
-	if _, err := n.cni.AddNetworkList(ctx, n.lo, n.runtimeConf(pod, "lo")); err != nil {
-		return Attachment{}, fmt.Errorf("CNI network %q: bring up lo: %w", n.lo.Name, err)
-	}
-	res, err := n.cni.AddNetworkList(ctx, list, n.runtimeConf(pod, "eth0"))
+	res, err := n.cni.AddNetworkList(ctx, list, n.runtimeConf(pod))
 	if err != nil {
 		_ = n.del(ctx, list, pod)
 		return Attachment{}, fmt.Errorf("CNI network %q: %w", list.Name, err)
@@ -175,7 +158,7 @@ func (n *Network) Detach(ctx context.Context, pod Pod, network string) error {
 		return err
 	}
 	if network != "" && list.Name != network {
-		if cached, rt, err := n.cni.GetNetworkListCachedConfig(&libcni.NetworkConfigList{Name: network}, n.runtimeConf(pod, "eth0")); err == nil && cached != nil && rt != nil {
+		if cached, rt, err := n.cni.GetNetworkListCachedConfig(&libcni.NetworkConfigList{Name: network}, n.runtimeConf(pod)); err == nil && cached != nil && rt != nil {
 			if l, err := libcni.NetworkConfFromBytes(cached); err == nil {
 				if l, err = asList(l, cached); err == nil {
 					list = l
@@ -187,23 +170,19 @@ func (n *Network) Detach(ctx context.Context, pod Pod, network string) error {
 }
 
 func (n *Network) del(ctx context.Context, list *libcni.NetworkConfigList, pod Pod) error {
-	var errs []error
-	if err := n.cni.DelNetworkList(ctx, list, n.runtimeConf(pod, "eth0")); err != nil {
-		errs = append(errs, fmt.Errorf("CNI network %q: delete: %w", list.Name, err))
+	if err := n.cni.DelNetworkList(ctx, list, n.runtimeConf(pod)); err != nil {
+		return fmt.Errorf("CNI network %q: delete: %w", list.Name, err)
 	}
-	if err := n.cni.DelNetworkList(ctx, n.lo, n.runtimeConf(pod, "lo")); err != nil {
-		errs = append(errs, fmt.Errorf("CNI network %q: delete: %w", n.lo.Name, err))
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // runtimeConf is what the plugins are told about the pod: the CNI_ARGS
 // Kubernetes runtimes pass, and its host ports.
-func (n *Network) runtimeConf(pod Pod, ifName string) *libcni.RuntimeConf {
+func (n *Network) runtimeConf(pod Pod) *libcni.RuntimeConf {
 	rt := &libcni.RuntimeConf{
 		ContainerID: pod.SandboxID,
 		NetNS:       pod.NetNS,
-		IfName:      ifName,
+		IfName:      "eth0",
 		Args: [][2]string{
 			{"IgnoreUnknown", "1"},
 			{"K8S_POD_NAMESPACE", pod.Namespace},
@@ -212,11 +191,9 @@ func (n *Network) runtimeConf(pod Pod, ifName string) *libcni.RuntimeConf {
 			{"K8S_POD_UID", pod.UID},
 		},
 	}
-	if ifName != "lo" {
-		ports := make([]PortMapping, 0, len(pod.Ports))
-		ports = append(ports, pod.Ports...)
-		rt.CapabilityArgs = map[string]interface{}{"portMappings": ports}
-	}
+	ports := make([]PortMapping, 0, len(pod.Ports))
+	ports = append(ports, pod.Ports...)
+	rt.CapabilityArgs = map[string]interface{}{"portMappings": ports}
 	return rt
 }
 

@@ -40,7 +40,8 @@ func CloneFlag(k Kind) int { return cloneFlags[k] }
 type Paths map[Kind]string
 
 // Create makes new namespaces of the given kinds and holds each one at
-// dir/<kind>; the UTS namespace gets hostname. On failure nothing is left.
+// dir/<kind>; the UTS namespace gets hostname, the network one its lo up.
+// On failure nothing is left.
 func Create(dir string, kinds []Kind, hostname string) (Paths, error) {
 	if len(kinds) == 0 {
 		return Paths{}, nil
@@ -81,6 +82,11 @@ func createOnThisThread(dir string, kinds []Kind, hostname string) (Paths, error
 	if err := unix.Unshare(flags); err != nil {
 		return nil, fmt.Errorf("unshare %v: %w", kinds, err)
 	}
+	if flags&unix.CLONE_NEWNET != 0 {
+		if err := loopbackUp(); err != nil {
+			return nil, err
+		}
+	}
 	if hostname != "" && flags&unix.CLONE_NEWUTS != 0 {
 		if err := unix.Sethostname([]byte(hostname)); err != nil {
 			return nil, fmt.Errorf("set hostname %q: %w", hostname, err)
@@ -118,6 +124,29 @@ func HoldPID(dir string, pid int) (string, error) {
 		return "", fmt.Errorf("hold the pid namespace of %d at %s: %w", pid, p, err)
 	}
 	return p, nil
+}
+
+// loopbackUp brings up lo in the calling thread's (new) network namespace,
+// which every pod has: what CNI's loopback plugin does, without a plugin
+// to start.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+	defer func() { _ = unix.Close(fd) }()
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+	return nil
 }
 
 // Remove releases the namespaces held under dir and removes dir. A
