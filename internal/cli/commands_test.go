@@ -81,7 +81,7 @@ func testAgent(t *testing.T) *agentData {
 				Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m")},
 			},
 			LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 5},
-			VolumeMounts: []v1.VolumeMount{{Name: "logs", MountPath: "/var/log/nginx"}, {Name: "conf", MountPath: "/etc/nginx/nginx.conf", SubPath: "nginx.conf", ReadOnly: true}},
+			VolumeMounts:  []v1.VolumeMount{{Name: "logs", MountPath: "/var/log/nginx"}, {Name: "conf", MountPath: "/etc/nginx/nginx.conf", SubPath: "nginx.conf", ReadOnly: true}},
 		}},
 			SecurityContext: &v1.PodSecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}},
 			Volumes: []v1.Volume{
@@ -225,11 +225,24 @@ func TestGetPodsJSONAndYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One name, one object, as kubectl prints it.
+	var pod v1.Pod
+	if err := json.Unmarshal([]byte(out), &pod); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if pod.Kind != "Pod" || pod.APIVersion != "v1" || pod.Name != "web-node1" {
+		t.Errorf("one name should print the Pod: %+v", pod.TypeMeta)
+	}
+	// Several names, a list.
+	out, _, err = run(t, url, "get", "pods", "web", "db-node1", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var list v1.PodList
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if list.Kind != "PodList" || len(list.Items) != 1 || list.Items[0].Name != "web-node1" {
+	if list.Kind != "PodList" || len(list.Items) != 2 || list.Items[0].Name != "web-node1" || list.Items[1].Name != "db-node1" {
 		t.Errorf("unexpected list: %+v", list)
 	}
 	out, _, err = run(t, url, "get", "node", "-o", "yaml")
