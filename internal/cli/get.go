@@ -41,12 +41,27 @@ func newGetCommand(e *env) *cobra.Command {
 			"all namespaces unless -n is given. A pod is found by its name or by its\n" +
 			"manifest's name (the static pod NAME-NODENAME).",
 		Args: cobra.ArbitraryArgs,
-		// Reached only when no resource type matched.
-		RunE: func(_ *cobra.Command, args []string) error {
+		// Reached only when no resource type matched: TYPE/NAME
+		// arguments (pod/web), or an unknown type.
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return fmt.Errorf("you must specify the type of resource to get: one of %s: %w", resourceTypes, errdefs.ErrInvalidArgument)
 			}
-			return &kubectlError{msg: fmt.Sprintf("the server doesn't have a resource type %q", args[0]), class: errdefs.ErrNotFound}
+			var names []string
+			for _, a := range args {
+				typ, name, ok := strings.Cut(a, "/")
+				if !ok || name == "" {
+					if len(names) > 0 || ok {
+						return fmt.Errorf("there is no need to specify a resource type as a separate argument when passing arguments in resource/name form (e.g. 'minilet get pod/web'): %w", errdefs.ErrInvalidArgument)
+					}
+					return &kubectlError{msg: fmt.Sprintf("the server doesn't have a resource type %q", typ), class: errdefs.ErrNotFound}
+				}
+				if typ != "pod" && typ != "pods" && typ != "po" {
+					return &kubectlError{msg: fmt.Sprintf("the server doesn't have a resource type %q", typ), class: errdefs.ErrNotFound}
+				}
+				names = append(names, name)
+			}
+			return e.getPods(cmd, f, names)
 		},
 	}
 	pf := cmd.PersistentFlags()

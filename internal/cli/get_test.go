@@ -62,6 +62,7 @@ db-node1 1/2 CrashLoopBackOff 5 120m`},
 		{[]string{"get", "events", "-n", "default"}, `LAST SEEN TYPE REASON OBJECT MESSAGE
 3m Normal Started pod/web-node1 Started container nginx`},
 		{[]string{"get", "node", "-o", "name"}, "node/node1"},
+		{[]string{"get", "po/web", "pod/db-node1", "-o", "name"}, "pod/web-node1\npod/db-node1"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -81,6 +82,9 @@ func TestGetErrorsAsKubectl(t *testing.T) {
 	_, _, err := run(t, url, "get", "nonsense")
 	if !errdefs.IsNotFound(err) || err.Error() != `the server doesn't have a resource type "nonsense"` {
 		t.Errorf("unknown type: %v", err)
+	}
+	if _, _, err := run(t, url, "get", "secret/x"); !errdefs.IsNotFound(err) || err.Error() != `the server doesn't have a resource type "secret"` {
+		t.Errorf("unknown type in TYPE/NAME: %v", err)
 	}
 	if _, _, err := run(t, url, "get"); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("no type: %v", err)
