@@ -81,7 +81,15 @@ func testAgent(t *testing.T) *agentData {
 				Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m")},
 			},
 			LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 5},
-		}}},
+			VolumeMounts:  []v1.VolumeMount{{Name: "logs", MountPath: "/var/log/nginx"}, {Name: "conf", MountPath: "/etc/nginx/nginx.conf", SubPath: "nginx.conf", ReadOnly: true}},
+		}},
+			SecurityContext: &v1.PodSecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}},
+			Volumes: []v1.Volume{
+				{Name: "logs", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+				{Name: "conf", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "nginx"}}}},
+				{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/srv/www"}}},
+			},
+		},
 		Status: v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.0.0.5", HostIP: "10.0.0.5", StartTime: &metav1.Time{Time: now.Add(-10 * time.Minute)},
 			Conditions:        []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}},
 			ContainerStatuses: []v1.ContainerStatus{withLastExit(running("nginx", true, 2), 3*time.Minute)}},
@@ -217,11 +225,24 @@ func TestGetPodsJSONAndYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One name, one object, as kubectl prints it.
+	var pod v1.Pod
+	if err := json.Unmarshal([]byte(out), &pod); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if pod.Kind != "Pod" || pod.APIVersion != "v1" || pod.Name != "web-node1" {
+		t.Errorf("one name should print the Pod: %+v", pod.TypeMeta)
+	}
+	// Several names, a list.
+	out, _, err = run(t, url, "get", "pods", "web", "db-node1", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var list v1.PodList
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if list.Kind != "PodList" || len(list.Items) != 1 || list.Items[0].Name != "web-node1" {
+	if list.Kind != "PodList" || len(list.Items) != 2 || list.Items[0].Name != "web-node1" || list.Items[1].Name != "db-node1" {
 		t.Errorf("unexpected list: %+v", list)
 	}
 	out, _, err = run(t, url, "get", "node", "-o", "yaml")
@@ -252,6 +273,7 @@ Start Time: Sun, 22 Nov 2026 05:50:00 +0000
 Labels: app=web
 Annotations: kubernetes.io/config.source: file
 Status: Running
+SeccompProfile: RuntimeDefault
 IP: 10.0.0.5
 Containers:
 nginx:
@@ -272,9 +294,25 @@ Requests:
 cpu: 250m
 Liveness: http-get http://:8080/healthz delay=0s timeout=1s period=5s #success=1 #failure=3
 Environment: <none>
+Mounts:
+/etc/nginx/nginx.conf from conf (ro,path="nginx.conf")
+/var/log/nginx from logs (rw)
 Conditions:
 Type Status
 Ready True
+Volumes:
+logs:
+Type: EmptyDir (a temporary directory that shares a pod's lifetime)
+Medium:
+SizeLimit: <unset>
+conf:
+Type: ConfigMap (a volume populated by a ConfigMap)
+Name: nginx
+Optional: false
+host:
+Type: HostPath (bare host directory volume)
+Path: /srv/www
+HostPathType:
 QoS Class: Burstable
 Node-Selectors: <none>
 Events:
@@ -305,9 +343,13 @@ func TestPodResolutionAndContainerChoice(t *testing.T) {
 		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "nginx"}}}})
 	url := startAgent(t, a)
 
-	_, _, err := run(t, url, "describe", "pod", "web")
+	_, _, err := run(t, url, "describe", "pod", "we")
 	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "web-node1, web-node2") {
 		t.Errorf("ambiguous prefix: %v", err)
+	}
+	// The manifest's name finds its static pod on this node, NAME-NODENAME.
+	if out, _, err := run(t, url, "describe", "pod", "web"); err != nil || table(out)[:15] != "Name: web-node1" {
+		t.Errorf("describe pod web: %v\n%s", err, out)
 	}
 	if _, _, err := run(t, url, "describe", "pod", "nothing"); !errdefs.IsNotFound(err) {
 		t.Errorf("unknown pod: %v", err)

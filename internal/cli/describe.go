@@ -85,11 +85,18 @@ func (e *env) findPod(cmd *cobra.Command, namespace, name string) (*client, *v1.
 	return c, p, nil
 }
 
+// isStaticPodOf reports whether p is the static pod of manifest name on
+// its node: the kubelet names it NAME-NODENAME.
+func isStaticPodOf(p *v1.Pod, name string) bool {
+	return p.Spec.NodeName != "" && p.Name == name+"-"+p.Spec.NodeName
+}
+
 // resolvePod finds the pod named name in namespace; when none has exactly
-// that name, the one pod whose name starts with name. Zero or several
+// that name, the static pod of manifest name (NAME-NODENAME); else the one
+// pod whose name starts with name. Zero or several
 // prefix matches are errors naming the candidates.
 func resolvePod(pods []v1.Pod, namespace, name string) (*v1.Pod, error) {
-	var prefixed []*v1.Pod
+	var prefixed, static []*v1.Pod
 	for i := range pods {
 		p := &pods[i]
 		if p.Namespace != namespace {
@@ -98,9 +105,15 @@ func resolvePod(pods []v1.Pod, namespace, name string) (*v1.Pod, error) {
 		if p.Name == name {
 			return p, nil
 		}
+		if isStaticPodOf(p, name) {
+			static = append(static, p)
+		}
 		if strings.HasPrefix(p.Name, name) {
 			prefixed = append(prefixed, p)
 		}
+	}
+	if len(static) == 1 { // the manifest's name: NAME-NODENAME
+		return static[0], nil
 	}
 	switch len(prefixed) {
 	case 0:
@@ -184,6 +197,12 @@ func describePod(w io.Writer, pod *v1.Pod, events []v1.Event, now time.Time) err
 	if pod.Status.Message != "" {
 		d.line(0, "Message:\t%s", strings.TrimSpace(pod.Status.Message))
 	}
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.SeccompProfile != nil {
+		d.line(0, "SeccompProfile:\t%s", sc.SeccompProfile.Type)
+		if sc.SeccompProfile.Type == v1.SeccompProfileTypeLocalhost && sc.SeccompProfile.LocalhostProfile != nil {
+			d.line(0, "LocalhostProfile:\t%s", *sc.SeccompProfile.LocalhostProfile)
+		}
+	}
 	d.line(0, "IP:\t%s", pod.Status.PodIP)
 	if len(pod.Spec.InitContainers) > 0 {
 		d.line(0, "Init Containers:")
@@ -198,6 +217,7 @@ func describePod(w io.Writer, pod *v1.Pod, events []v1.Event, now time.Time) err
 			d.line(1, "%s \t%s", c.Type, c.Status)
 		}
 	}
+	d.describeVolumes(pod.Spec.Volumes)
 	d.line(0, "QoS Class:\t%s", qosClass(pod))
 	d.describeMap(0, "Node-Selectors", pod.Spec.NodeSelector, "=")
 	d.describeEvents(events, now)
@@ -263,6 +283,7 @@ func (d *describer) describeContainers(specs []v1.Container, statuses []v1.Conta
 				d.line(3, "%s:\t%s", e.Name, v)
 			}
 		}
+		d.describeMounts(c.VolumeMounts)
 	}
 }
 

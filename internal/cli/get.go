@@ -14,69 +14,99 @@ import (
 
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/server"
 )
 
+// getFlags are get's kubectl-style flags, shared by its resource types.
+type getFlags struct {
+	output        string
+	namespace     string
+	allNamespaces bool
+	selector      string
+	watch         bool
+}
+
+// resourceTypes are get's resource types, for messages.
+const resourceTypes = "pods, events, node, devices, images"
+
 func newGetCommand(e *env) *cobra.Command {
-	var output string
+	f := &getFlags{}
 	cmd := &cobra.Command{
-		Use:   "get pods|events|node|devices|images",
-		Short: "List objects of the agent, like kubectl get",
-		Long: "List objects of the agent, like kubectl get. Pods are listed from all\n" +
-			"namespaces unless -n is given.",
+		Use:   "get TYPE [NAME...]",
+		Short: "List objects of the agent, like kubectl get (TYPE: " + resourceTypes + ")",
+		Long: "List objects of the agent, like kubectl get. Pods and events are listed from\n" +
+			"all namespaces unless -n is given. A pod is found by its name or by its\n" +
+			"manifest's name (the static pod NAME-NODENAME).",
+		Args: cobra.ArbitraryArgs,
+		// Reached only when no resource type matched: TYPE/NAME
+		// arguments (pod/web), or an unknown type.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return fmt.Errorf("you must specify the type of resource to get: one of %s: %w", resourceTypes, errdefs.ErrInvalidArgument)
+			}
+			var names []string
+			for _, a := range args {
+				typ, name, ok := strings.Cut(a, "/")
+				if !ok || name == "" {
+					if len(names) > 0 || ok {
+						return fmt.Errorf("there is no need to specify a resource type as a separate argument when passing arguments in resource/name form (e.g. 'minilet get pod/web'): %w", errdefs.ErrInvalidArgument)
+					}
+					return &kubectlError{msg: fmt.Sprintf("the server doesn't have a resource type %q", typ), class: errdefs.ErrNotFound}
+				}
+				if typ != "pod" && typ != "pods" && typ != "po" {
+					return &kubectlError{msg: fmt.Sprintf("the server doesn't have a resource type %q", typ), class: errdefs.ErrNotFound}
+				}
+				names = append(names, name)
+			}
+			return e.getPods(cmd, f, names)
+		},
 	}
-	cmd.PersistentFlags().StringVarP(&output, "output", "o", "", "output format: wide, json or yaml")
-	var namespace string
+	pf := cmd.PersistentFlags()
+	pf.StringVarP(&f.output, "output", "o", "", "output format: wide, name, json or yaml")
+	pf.StringVarP(&f.namespace, "namespace", "n", "", "only objects of this namespace (default: all)")
+	pf.BoolVarP(&f.allNamespaces, "all-namespaces", "A", false, "objects of all namespaces (overrides -n)")
+	pf.StringVarP(&f.selector, "selector", "l", "", "label selector to filter on, e.g. -l app=web,tier!=db")
+	pf.BoolVarP(&f.watch, "watch", "w", false, "after listing, print changes as they happen (polls the agent)")
+
 	pods := &cobra.Command{
 		Use:     "pods [NAME...]",
 		Aliases: []string{"pod", "po"},
 		Short:   "List pods: NAMESPACE NAME READY STATUS RESTARTS AGE (wide: IP NODE)",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			list, err := fetch[v1.PodList](cmd, e, output, "/pods", "")
-			if err != nil {
-				return err
-			}
-			list.Items = filterPods(list.Items, namespace, args)
-			if len(args) > 0 && len(list.Items) == 0 {
-				return fmt.Errorf("pod %s not found: %w", strings.Join(args, ", "), errdefs.ErrNotFound)
-			}
-			return emit(cmd, output, list, func() error {
-				return printPods(cmd.OutOrStdout(), list.Items, output == "wide", namespace == "", e.now())
-			})
-		},
+		RunE:    func(cmd *cobra.Command, args []string) error { return e.getPods(cmd, f, args) },
 	}
-	pods.Flags().StringVarP(&namespace, "namespace", "n", "", "only pods of this namespace (default: all)")
-
 	events := &cobra.Command{
 		Use:     "events",
 		Aliases: []string{"event", "ev"},
 		Short:   "List events: LAST SEEN TYPE REASON OBJECT MESSAGE",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			list, err := fetch[v1.EventList](cmd, e, output, "/events", "")
-			if err != nil {
-				return err
-			}
-			return emit(cmd, output, list, func() error {
-				return printEvents(cmd.OutOrStdout(), list.Items, output == "wide", e.now())
-			})
-		},
+		RunE:    func(cmd *cobra.Command, _ []string) error { return e.getEvents(cmd, f) },
 	}
 
 	node := &cobra.Command{
 		Use:     "node",
 		Aliases: []string{"nodes", "no"},
 		Short:   "Show the node: NAME STATUS ROLES AGE VERSION (wide: addresses, OS, capacity/allocatable)",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, err := fetch[v1.Node](cmd, e, output, "/node", "")
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.check("wide", "name"); err != nil {
+				return err
+			}
+			n, err := fetch[v1.Node](cmd, e, "/node", "")
 			if err != nil {
 				return err
 			}
-			return emit(cmd, output, n, func() error {
-				return printNode(cmd.OutOrStdout(), n, output == "wide", e.now())
+			if len(args) == 1 && args[0] != n.Name {
+				return notFound("nodes", args)
+			}
+			if f.output == "name" {
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "node/%s\n", n.Name)
+				return err
+			}
+			return emit(cmd, f.output, n, func() error {
+				return printNode(cmd.OutOrStdout(), n, f.output == "wide", e.now())
 			})
 		},
 	}
@@ -87,11 +117,14 @@ func newGetCommand(e *env) *cobra.Command {
 		Short:   "List device-plugin devices: RESOURCE DEVICE HEALTH POD CONTAINER",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			list, err := fetch[server.DeviceList](cmd, e, output, "/devices", "devices")
+			if err := f.check(); err != nil {
+				return err
+			}
+			list, err := fetch[server.DeviceList](cmd, e, "/devices", "devices")
 			if err != nil || list == nil {
 				return err
 			}
-			return emit(cmd, output, list, func() error {
+			return emit(cmd, f.output, list, func() error {
 				return printDevices(cmd.OutOrStdout(), cmd.ErrOrStderr(), list.Items)
 			})
 		},
@@ -103,11 +136,14 @@ func newGetCommand(e *env) *cobra.Command {
 		Short:   "List images: IMAGE ID SIZE LAST USED PINNED",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			list, err := fetch[server.ImageList](cmd, e, output, "/images", "images")
+			if err := f.check(); err != nil {
+				return err
+			}
+			list, err := fetch[server.ImageList](cmd, e, "/images", "images")
 			if err != nil || list == nil {
 				return err
 			}
-			return emit(cmd, output, list, func() error {
+			return emit(cmd, f.output, list, func() error {
 				return printImages(cmd.OutOrStdout(), cmd.ErrOrStderr(), list.Items, e.now())
 			})
 		},
@@ -116,14 +152,44 @@ func newGetCommand(e *env) *cobra.Command {
 	return cmd
 }
 
-// fetch checks the -o value and reads path from the agent into a T. When
+// check validates -o against the formats a type supports besides json and
+// yaml, and refuses -w, -l and -n where the type does not take them
+// (types with more support check those themselves).
+func (f *getFlags) check(formats ...string) error {
+	if err := checkOutput(f.output, formats...); err != nil {
+		return err
+	}
+	if f.watch && !contains(formats, "name") {
+		return fmt.Errorf("-w is not supported for this resource type: %w", errdefs.ErrInvalidArgument)
+	}
+	if f.selector != "" && !contains(formats, "name") {
+		return fmt.Errorf("-l is not supported for this resource type: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// ns is the namespace to filter on; "" for all.
+func (f *getFlags) ns() string {
+	if f.allNamespaces {
+		return ""
+	}
+	return f.namespace
+}
+
+// labelSelector parses -l.
+func (f *getFlags) labelSelector() (labels.Selector, error) {
+	sel, err := labels.Parse(f.selector)
+	if err != nil {
+		return nil, fmt.Errorf("invalid label selector %q for -l: %v: %w", f.selector, err, errdefs.ErrInvalidArgument)
+	}
+	return sel, nil
+}
+
+// fetch reads path from the agent into a T. When
 // kind is set and the agent answers that the endpoint is off, it says "No
 // <kind> found" on stderr and returns a nil T and a nil error: the
 // listing is then empty, not failed.
-func fetch[T any](cmd *cobra.Command, e *env, output, path, kind string) (*T, error) {
-	if err := checkOutput(output, "wide"); err != nil {
-		return nil, err
-	}
+func fetch[T any](cmd *cobra.Command, e *env, path, kind string) (*T, error) {
 	c, err := e.client(cmd)
 	if err != nil {
 		return nil, err
@@ -153,15 +219,15 @@ func notEnabled(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.Code == http.StatusNotFound && strings.Contains(apiErr.Message, "not enabled")
 }
 
-// filterPods keeps pods of namespace (all when empty) and, when names are
-// given, those names.
-func filterPods(pods []v1.Pod, namespace string, names []string) []v1.Pod {
+// filterPods keeps pods of namespace (all when empty) that match sel,
+// sorted by namespace and name.
+func filterPods(pods []v1.Pod, namespace string, sel labels.Selector) []v1.Pod {
 	var out []v1.Pod
 	for _, p := range pods {
 		if namespace != "" && p.Namespace != namespace {
 			continue
 		}
-		if len(names) > 0 && !contains(names, p.Name) {
+		if sel != nil && !sel.Matches(labels.Set(p.Labels)) {
 			continue
 		}
 		out = append(out, p)
@@ -173,6 +239,32 @@ func filterPods(pods []v1.Pod, namespace string, names []string) []v1.Pod {
 		return out[i].Name < out[j].Name
 	})
 	return out
+}
+
+// pickPods returns, for each name in order, the pods it names: those with
+// that exact name or, when there is none, the static pod of that manifest
+// (NAME-NODENAME). missing lists the names that found nothing.
+func pickPods(pods []v1.Pod, names []string) (found []v1.Pod, missing []string) {
+	for _, name := range names {
+		var exact, static []v1.Pod
+		for i := range pods {
+			switch {
+			case pods[i].Name == name:
+				exact = append(exact, pods[i])
+			case isStaticPodOf(&pods[i], name):
+				static = append(static, pods[i])
+			}
+		}
+		switch {
+		case len(exact) > 0:
+			found = append(found, exact...)
+		case len(static) > 0:
+			found = append(found, static...)
+		default:
+			missing = append(missing, name)
+		}
+	}
+	return found, missing
 }
 
 func contains(s []string, x string) bool {
@@ -199,6 +291,14 @@ func printPods(w io.Writer, pods []v1.Pod, wide, withNamespace bool, now time.Ti
 		return err
 	}
 	tw := newTable(w)
+	row(tw, podHeader(wide, withNamespace)...)
+	for i := range pods {
+		row(tw, podCells(&pods[i], wide, withNamespace, now)...)
+	}
+	return tw.Flush()
+}
+
+func podHeader(wide, withNamespace bool) []string {
 	head := []string{"NAME", "READY", "STATUS", "RESTARTS", "AGE"}
 	if withNamespace {
 		head = append([]string{"NAMESPACE"}, head...)
@@ -206,20 +306,19 @@ func printPods(w io.Writer, pods []v1.Pod, wide, withNamespace bool, now time.Ti
 	if wide {
 		head = append(head, "IP", "NODE")
 	}
-	row(tw, head...)
-	for i := range pods {
-		p := &pods[i]
-		s := summarizePod(p, now)
-		cells := []string{p.Name, s.Ready, s.Status, s.Restarts, age(p.CreationTimestamp.Time, now)}
-		if withNamespace {
-			cells = append([]string{p.Namespace}, cells...)
-		}
-		if wide {
-			cells = append(cells, orNone(p.Status.PodIP), orNone(p.Spec.NodeName))
-		}
-		row(tw, cells...)
+	return head
+}
+
+func podCells(p *v1.Pod, wide, withNamespace bool, now time.Time) []string {
+	s := summarizePod(p, now)
+	cells := []string{p.Name, s.Ready, s.Status, s.Restarts, age(p.CreationTimestamp.Time, now)}
+	if withNamespace {
+		cells = append([]string{p.Namespace}, cells...)
 	}
-	return tw.Flush()
+	if wide {
+		cells = append(cells, orNone(p.Status.PodIP), orNone(p.Spec.NodeName))
+	}
+	return cells
 }
 
 func orNone(s string) string {
@@ -288,24 +387,29 @@ func printEvents(w io.Writer, evs []v1.Event, wide bool, now time.Time) error {
 	}
 	sortEvents(evs)
 	tw := newTable(w)
-	if wide {
-		row(tw, "LAST SEEN", "TYPE", "REASON", "OBJECT", "SUBOBJECT", "SOURCE", "MESSAGE", "FIRST SEEN", "COUNT", "NAME")
-	} else {
-		row(tw, "LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE")
-	}
+	row(tw, eventHeader(wide)...)
 	for i := range evs {
-		ev := &evs[i]
-		first, last := eventTimes(ev)
-		obj := strings.ToLower(ev.InvolvedObject.Kind) + "/" + ev.InvolvedObject.Name
-		msg := strings.TrimSpace(ev.Message)
-		if wide {
-			row(tw, age(last, now), ev.Type, ev.Reason, obj, ev.InvolvedObject.FieldPath, eventSource(ev), msg,
-				age(first, now), fmt.Sprint(eventCount(ev)), ev.Name)
-		} else {
-			row(tw, age(last, now), ev.Type, ev.Reason, obj, msg)
-		}
+		row(tw, eventCells(&evs[i], wide, now)...)
 	}
 	return tw.Flush()
+}
+
+func eventHeader(wide bool) []string {
+	if wide {
+		return []string{"LAST SEEN", "TYPE", "REASON", "OBJECT", "SUBOBJECT", "SOURCE", "MESSAGE", "FIRST SEEN", "COUNT", "NAME"}
+	}
+	return []string{"LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"}
+}
+
+func eventCells(ev *v1.Event, wide bool, now time.Time) []string {
+	first, last := eventTimes(ev)
+	obj := strings.ToLower(ev.InvolvedObject.Kind) + "/" + ev.InvolvedObject.Name
+	msg := strings.TrimSpace(ev.Message)
+	if wide {
+		return []string{age(last, now), ev.Type, ev.Reason, obj, ev.InvolvedObject.FieldPath, eventSource(ev), msg,
+			age(first, now), fmt.Sprint(eventCount(ev)), ev.Name}
+	}
+	return []string{age(last, now), ev.Type, ev.Reason, obj, msg}
 }
 
 // nodeStatus is "Ready", "NotReady" or "Unknown", with

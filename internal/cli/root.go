@@ -43,6 +43,9 @@ type Options struct {
 	// admin's certificate from <root-dir>/pki and pins the agent's
 	// serving certificate.
 	HTTPClient *http.Client
+	// WatchInterval is how often `get -w` polls the agent. Default
+	// DefaultWatchInterval.
+	WatchInterval time.Duration
 }
 
 // AddCommands adds get, describe, logs, top and version to root, and the

@@ -23,7 +23,7 @@ func newTopCommand(e *env) *cobra.Command {
 		Short:   "CPU (cores) and memory (working set) per pod",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sum, err := fetch[statsapi.Summary](cmd, e, "", "/stats/summary", "")
+			sum, err := fetch[statsapi.Summary](cmd, e, "/stats/summary", "")
 			if err != nil {
 				return err
 			}
@@ -37,11 +37,11 @@ func newTopCommand(e *env) *cobra.Command {
 		Short:   "CPU and memory usage of the node, also as a share of allocatable",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sum, err := fetch[statsapi.Summary](cmd, e, "", "/stats/summary", "")
+			sum, err := fetch[statsapi.Summary](cmd, e, "/stats/summary", "")
 			if err != nil {
 				return err
 			}
-			n, err := fetch[v1.Node](cmd, e, "", "/node", "")
+			n, err := fetch[v1.Node](cmd, e, "/node", "")
 			if err != nil {
 				return err
 			}

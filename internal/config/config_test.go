@@ -344,3 +344,28 @@ func TestSeccompDefault(t *testing.T) {
 		t.Error("--seccomp-default was not taken")
 	}
 }
+
+func TestKubeletFlagNamesAndDeprecatedAliases(t *testing.T) {
+	file := header + "imageMinimumGCAge: 7m\n"
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 7 * time.Minute},
+		{[]string{"--minimum-image-gc-age=3m"}, 3 * time.Minute},
+		{[]string{"--image-minimum-gc-age=4m"}, 4 * time.Minute}, // the old name still overrides the file
+	} {
+		c, err := load(t, file, tc.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.ImageMinimumGCAge != tc.want {
+			t.Errorf("%v: ImageMinimumGCAge = %s, want %s", tc.args, c.ImageMinimumGCAge, tc.want)
+		}
+	}
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	AddFlags(fs, &Options{})
+	if f := fs.Lookup("image-minimum-gc-age"); f == nil || f.Deprecated == "" || !f.Hidden {
+		t.Errorf("--image-minimum-gc-age should be a hidden deprecated alias: %+v", f)
+	}
+}

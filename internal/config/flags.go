@@ -98,7 +98,7 @@ const (
 	FlagMaxPods                  = "max-pods"
 	FlagImageGCHighThreshold     = "image-gc-high-threshold"
 	FlagImageGCLowThreshold      = "image-gc-low-threshold"
-	FlagImageMinimumGCAge        = "image-minimum-gc-age"
+	FlagImageMinimumGCAge        = "minimum-image-gc-age"
 	FlagFileCheckFrequency       = "file-check-frequency"
 	FlagSyncFrequency            = "sync-frequency"
 	FlagPodMaxPids               = "pod-max-pids"
@@ -168,6 +168,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.Int32Var(&o.ImageGCHighThreshold, FlagImageGCHighThreshold, 85, "disk usage percent that starts image garbage collection")
 	fs.Int32Var(&o.ImageGCLowThreshold, FlagImageGCLowThreshold, 80, "disk usage percent image garbage collection frees down to")
 	fs.DurationVar(&o.ImageMinimumGCAge, FlagImageMinimumGCAge, 2*time.Minute, "minimum age of an unused image before it may be collected")
+	addDeprecatedAliases(fs)
 	fs.DurationVar(&o.FileCheckFrequency, FlagFileCheckFrequency, 20*time.Second, "how often to re-read --pod-manifest-path besides reacting to changes")
 	fs.DurationVar(&o.SyncFrequency, FlagSyncFrequency, time.Minute, "maximum period between pod syncs")
 	fs.Int64Var(&o.PodMaxPids, FlagPodMaxPids, -1, "maximum processes per pod; -1 = no limit")
@@ -191,4 +192,37 @@ func NewOptions() *Options {
 	o := &Options{}
 	AddFlags(pflag.NewFlagSet("defaults", pflag.ContinueOnError), o)
 	return o
+}
+
+// deprecatedFlags maps names minilet used before it took the kubelet's to
+// the kubelet's name. The old names still work, bound to the same value,
+// and warn when used.
+var deprecatedFlags = map[string]string{
+	"image-minimum-gc-age": FlagImageMinimumGCAge,
+}
+
+// addDeprecatedAliases registers every old name beside its kubelet name.
+func addDeprecatedAliases(fs *pflag.FlagSet) {
+	for old, name := range deprecatedFlags {
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		fs.AddFlag(&pflag.Flag{Name: old, Usage: f.Usage, Value: f.Value, DefValue: f.DefValue})
+		_ = fs.MarkDeprecated(old, "use --"+name+", the kubelet's name")
+	}
+}
+
+// flagChanged reports whether the flag name, or an old alias of it, was
+// set on the command line.
+func flagChanged(fs *pflag.FlagSet, name string) bool {
+	if fs.Changed(name) {
+		return true
+	}
+	for old, n := range deprecatedFlags {
+		if n == name && fs.Changed(old) {
+			return true
+		}
+	}
+	return false
 }

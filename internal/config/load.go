@@ -32,7 +32,7 @@ const (
 // field of o counts as set and overrides the file. Errors wrap
 // errdefs.ErrInvalidArgument (bad content) or the file's read error.
 func Load(o *Options, fs *pflag.FlagSet) (*Config, error) {
-	changed := func(name string) bool { return fs == nil || fs.Changed(name) }
+	changed := func(name string) bool { return fs == nil || flagChanged(fs, name) }
 
 	var kc kubeletv1beta1.KubeletConfiguration
 	present := map[string]bool{}

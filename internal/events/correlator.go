@@ -30,12 +30,18 @@ type CorrelatorConfig struct {
 	// AggregateInterval is how long a group of similar events stays open
 	// after its last event; default 10 minutes.
 	AggregateInterval time.Duration
-	// SpamBurst is the token bucket size per source, object, type and
-	// reason; default 25.
+	// SpamBurst is the token bucket size per source, object and type (as
+	// client-go's spam filter keys it); default 25.
 	SpamBurst int
 	// SpamQPS is the bucket's refill rate in events per second; default
 	// 1/300 (one every five minutes).
 	SpamQPS float64
+	// SpamKeyPerReason, when true, gives every reason its own spam bucket
+	// (source, object, type and reason), so that a noisy BackOff cannot
+	// starve Pulled, Created or Started of the same pod. Default false:
+	// one bucket per source, object and type, as client-go's
+	// EventSourceObjectSpamFilter (upstream declined a per-reason key).
+	SpamKeyPerReason bool
 }
 
 func (c CorrelatorConfig) withDefaults() (CorrelatorConfig, error) {
@@ -70,12 +76,21 @@ func (c CorrelatorConfig) withDefaults() (CorrelatorConfig, error) {
 }
 
 // groupKey identifies events that are "similar": same source, object,
-// type and reason. It keys both aggregation and the spam filter. Keys are
-// plain structs so that lookups build no strings.
+// type and reason. It keys aggregation; the spam filter uses it with the
+// reason blanked (unless SpamKeyPerReason). Keys are plain structs so that
+// lookups build no strings.
 type groupKey struct {
 	component, host                        string
 	kind, namespace, name, uid, apiVersion string
 	eventType, reason                      string
+}
+
+// spamKey is the spam filter's key for events of group gk.
+func (c *Correlator) spamKey(gk groupKey) groupKey {
+	if !c.cfg.SpamKeyPerReason {
+		gk.reason = ""
+	}
+	return gk
 }
 
 // dedupKey identifies identical events; combined marks the single
@@ -102,13 +117,6 @@ type tokenBucket struct {
 	last   time.Time
 }
 
-// groupState is what the correlator remembers about a group of similar
-// events.
-type groupState struct {
-	agg    aggRecord
-	bucket tokenBucket
-}
-
 // Result is what the correlator made of one event.
 type Result struct {
 	// Event is the event to write; nil when Skip.
@@ -121,9 +129,10 @@ type Result struct {
 }
 
 // Correlator aggregates similar events, counts identical ones and
-// rate-limits what is left, in the kubelet's order. Unlike client-go, the
-// spam filter's buckets are per reason as well as per object, so a noisy
-// BackOff cannot starve Pulled, Created or Started of the same pod.
+// rate-limits what is left, in the kubelet's order. By default its
+// decisions are client-go's (see TestCorrelatorMatchesClientGo); the one
+// deliberate difference is aggregation past the limit, where client-go
+// forgets an arbitrary message and this correlator a deterministic one.
 //
 // Recorders run it on their own goroutine, before the broadcaster's
 // queue, so events the filter would drop never take a queue slot.
@@ -131,7 +140,8 @@ type Correlator struct {
 	mu    sync.Mutex // guards the caches
 	cfg   CorrelatorConfig
 	clock clock.PassiveClock
-	group *lru[groupKey, groupState] // aggregation record and spam bucket, one lookup for both
+	group *lru[groupKey, aggRecord]   // aggregation, per source, object, type and reason
+	spam  *lru[groupKey, tokenBucket] // spam buckets, keyed by spamKey
 	dedup *lru[dedupKey, dedupRecord]
 	names *nameSeq
 }
@@ -146,7 +156,8 @@ func NewCorrelator(cfg CorrelatorConfig, clk clock.PassiveClock) (*Correlator, e
 	return &Correlator{
 		cfg:   cfg,
 		clock: clk,
-		group: newLRU[groupKey, groupState](cfg.CacheSize),
+		group: newLRU[groupKey, aggRecord](cfg.CacheSize),
+		spam:  newLRU[groupKey, tokenBucket](cfg.CacheSize),
 		dedup: newLRU[dedupKey, dedupRecord](cfg.CacheSize),
 		names: &nameSeq{},
 	}, nil
@@ -220,9 +231,9 @@ func (c *Correlator) decide(gk groupKey, fieldPath, message string, ts metav1.Ti
 	dk := dedupKey{group: gk, fieldPath: fieldPath, message: message}
 	g := c.group.get(gk)
 	if g == nil {
-		g = c.group.put(gk, groupState{bucket: tokenBucket{tokens: float64(c.cfg.SpamBurst), last: now}})
+		g = c.group.put(gk, aggRecord{})
 	}
-	if c.aggregate(&g.agg, message, now) {
+	if c.aggregate(g, message, now) {
 		d.combined, d.last, name = true, metav1.NewTime(now), ""
 		dk = dedupKey{group: gk, combined: true}
 	}
@@ -238,7 +249,12 @@ func (c *Correlator) decide(gk groupKey, fieldPath, message string, ts metav1.Ti
 		d.name, d.first, d.count = name, d.last, 1
 		c.dedup.put(dk, dedupRecord{count: 1, first: d.first, name: name})
 	}
-	d.skip = !c.allow(&g.bucket, now)
+	sk := c.spamKey(gk)
+	b := c.spam.get(sk)
+	if b == nil {
+		b = c.spam.put(sk, tokenBucket{tokens: float64(c.cfg.SpamBurst), last: now})
+	}
+	d.skip = !c.allow(b, now)
 	return d
 }
 

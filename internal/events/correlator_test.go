@@ -108,56 +108,70 @@ func TestCorrelatorSequences(t *testing.T) {
 			step{advance: time.Minute, count: 28, sameAs: 1},
 			step{skip: true},
 		)},
-		{"a noisy reason does not starve the others of the same pod", append(append(repeat(25, step{reason: "BackOff"}), repeat(15, step{reason: "BackOff", skip: true})...),
+		{"as client-go, one bucket per object and type: a noisy reason starves the others of its type", append(append(repeat(25, step{reason: "BackOff"}), repeat(15, step{reason: "BackOff", skip: true})...),
+			step{reason: "Failed", message: "Error: ErrImagePull", skip: true},
 			step{reason: "Started", typ: v1.EventTypeNormal, message: "Started container app", count: 1},
-			step{reason: "Killing", typ: v1.EventTypeNormal, message: "Stopping container app", count: 1},
+			step{object: "db", count: 1},
 		)},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			clk := clocktesting.NewFakeClock(t0)
-			c, err := NewCorrelator(CorrelatorConfig{}, clk)
-			if err != nil {
-				t.Fatal(err)
+		t.Run(tc.name, func(t *testing.T) { runSteps(t, CorrelatorConfig{}, tc.steps) })
+	}
+}
+
+func TestCorrelatorPerReasonSpamKeyIsOptIn(t *testing.T) {
+	runSteps(t, CorrelatorConfig{SpamKeyPerReason: true}, append(append(repeat(25, step{reason: "BackOff"}), repeat(15, step{reason: "BackOff", skip: true})...),
+		step{reason: "Failed", message: "Error: ErrImagePull", count: 1},
+		step{reason: "Started", typ: v1.EventTypeNormal, message: "Started container app", count: 1},
+		step{reason: "Killing", typ: v1.EventTypeNormal, message: "Stopping container app", count: 1},
+	))
+}
+
+// runSteps feeds steps to a new correlator with cfg and checks each
+// outcome.
+func runSteps(t *testing.T, cfg CorrelatorConfig, steps []step) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(t0)
+	c, err := NewCorrelator(cfg, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, len(steps))
+	for i, s := range steps {
+		clk.Step(s.advance)
+		in := testEvent(clk.Now(), s)
+		res := c.Correlate(in)
+		if res.Skip != s.skip {
+			t.Fatalf("step %d: skip = %v, want %v", i+1, res.Skip, s.skip)
+		}
+		if res.Skip {
+			continue
+		}
+		ev := res.Event
+		names[i] = ev.Name
+		if s.count != 0 && ev.Count != s.count {
+			t.Errorf("step %d: count = %d, want %d", i+1, ev.Count, s.count)
+		}
+		if res.Update != (ev.Count > 1) {
+			t.Errorf("step %d: update = %v with count %d", i+1, res.Update, ev.Count)
+		}
+		if got := strings.HasPrefix(ev.Message, CombinedPrefix); got != s.combined {
+			t.Errorf("step %d: message %q, combined = %v, want %v", i+1, ev.Message, got, s.combined)
+		}
+		if !ev.LastTimestamp.Time.Equal(clk.Now()) {
+			t.Errorf("step %d: lastTimestamp %v, want %v", i+1, ev.LastTimestamp, clk.Now())
+		}
+		if s.sameAs != 0 {
+			if ev.Name != names[s.sameAs-1] {
+				t.Errorf("step %d: name %q, want step %d's %q", i+1, ev.Name, s.sameAs, names[s.sameAs-1])
 			}
-			names := make([]string, len(tc.steps))
-			for i, s := range tc.steps {
-				clk.Step(s.advance)
-				in := testEvent(clk.Now(), s)
-				res := c.Correlate(in)
-				if res.Skip != s.skip {
-					t.Fatalf("step %d: skip = %v, want %v", i+1, res.Skip, s.skip)
-				}
-				if res.Skip {
-					continue
-				}
-				ev := res.Event
-				names[i] = ev.Name
-				if s.count != 0 && ev.Count != s.count {
-					t.Errorf("step %d: count = %d, want %d", i+1, ev.Count, s.count)
-				}
-				if res.Update != (ev.Count > 1) {
-					t.Errorf("step %d: update = %v with count %d", i+1, res.Update, ev.Count)
-				}
-				if got := strings.HasPrefix(ev.Message, CombinedPrefix); got != s.combined {
-					t.Errorf("step %d: message %q, combined = %v, want %v", i+1, ev.Message, got, s.combined)
-				}
-				if !ev.LastTimestamp.Time.Equal(clk.Now()) {
-					t.Errorf("step %d: lastTimestamp %v, want %v", i+1, ev.LastTimestamp, clk.Now())
-				}
-				if s.sameAs != 0 {
-					if ev.Name != names[s.sameAs-1] {
-						t.Errorf("step %d: name %q, want step %d's %q", i+1, ev.Name, s.sameAs, names[s.sameAs-1])
-					}
-				} else if s.count == 1 {
-					for j := 0; j < i; j++ {
-						if names[j] == ev.Name {
-							t.Errorf("step %d: reuses step %d's name %q", i+1, j+1, ev.Name)
-						}
-					}
+		} else if s.count == 1 {
+			for j := 0; j < i; j++ {
+				if names[j] == ev.Name {
+					t.Errorf("step %d: reuses step %d's name %q", i+1, j+1, ev.Name)
 				}
 			}
-		})
+		}
 	}
 }
 

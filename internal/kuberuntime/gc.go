@@ -85,6 +85,7 @@ func (m *Manager) GarbageCollect(ctx context.Context, keepPerContainer int, isPo
 			byPod[uid] = append(byPod[uid], sb)
 		}
 	}
+	kept := map[types.UID]bool{} // pods with a sandbox left
 	for uid, list := range byPod {
 		sort.Slice(list, func(i, j int) bool { return list[i].CreatedAt > list[j].CreatedAt })
 		gone := isPodGone(uid)
@@ -98,6 +99,9 @@ func (m *Manager) GarbageCollect(ctx context.Context, keepPerContainer int, isPo
 				errs = append(errs, fmt.Errorf("container gc: remove sandbox %s: %w", sb.Id, err))
 				removedAll = false
 			}
+		}
+		if !removedAll {
+			kept[uid] = true
 		}
 		if gone && removedAll && len(list) > 0 {
 			md := list[0].GetMetadata()
@@ -113,6 +117,46 @@ func (m *Manager) GarbageCollect(ctx context.Context, keepPerContainer int, isPo
 					errs = append(errs, err)
 				}
 			}
+		}
+	}
+	if err := m.removeEmptyPodDirs(kept, isPodGone); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// removeEmptyPodDirs removes PodsDir/<uid> of gone pods that have no
+// sandbox left, once nothing but the agent's own etc-hosts is in it
+// (volumes and the saved status go first, each with its owner), so that
+// deleted pods leave no empty directories behind. It runs every pass, so
+// a directory emptied after its pod's sandboxes went is still removed.
+func (m *Manager) removeEmptyPodDirs(kept map[types.UID]bool, isPodGone func(types.UID) bool) error {
+	if m.cfg.PodsDir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(m.cfg.PodsDir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return fmt.Errorf("container gc: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		uid := types.UID(e.Name())
+		if !e.IsDir() || kept[uid] || !isPodGone(uid) {
+			continue
+		}
+		dir := filepath.Join(m.cfg.PodsDir, e.Name())
+		left, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		if len(left) > 1 || (len(left) == 1 && left[0].Name() != "etc-hosts") {
+			continue // volumes or status not cleaned up yet
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("container gc: remove pod directory: %w", err))
 		}
 	}
 	return errors.Join(errs...)

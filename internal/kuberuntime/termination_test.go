@@ -181,3 +181,45 @@ func TestGCRemovesTerminationMessageFiles(t *testing.T) {
 		t.Fatalf("containers directory of a gone pod: %v", err)
 	}
 }
+
+// A gone pod's directory goes once it is empty (its etc-hosts aside);
+// one still holding something its owner has not cleaned up stays, as do
+// live pods' directories.
+func TestGCRemovesEmptyPodDirs(t *testing.T) {
+	e := newEnv(t)
+	pod := messagePod(v1.TerminationMessageReadFile)
+	e.startWithMessageFile(pod)
+	e.exit(pod, "a", 0)
+	if err := e.m.KillPod(context.Background(), pod, e.status(pod).ps, nil); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(e.cfg.PodsDir, string(pod.UID))
+	other := filepath.Join(e.cfg.PodsDir, "other-gone")   // still has a status to be removed by its owner
+	alive := filepath.Join(e.cfg.PodsDir, "alive")        // a pod being set up
+	emptyGone := filepath.Join(e.cfg.PodsDir, "old-gone") // left empty by an earlier run
+	for _, d := range []string{dir, other, alive, emptyGone} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc-hosts"), []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "status.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gone := func(uid types.UID) bool { return uid != "alive" }
+	if err := e.m.GarbageCollect(context.Background(), 1, gone); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{dir, emptyGone} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s of a gone pod still there: %v", d, err)
+		}
+	}
+	for _, d := range []string{other, alive} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s removed: %v", d, err)
+		}
+	}
+}
