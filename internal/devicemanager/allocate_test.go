@@ -128,8 +128,9 @@ func TestAllocateFailures(t *testing.T) {
 	pod := podWith("uid4", ctr{"a", 0})
 	pod.Spec.Containers[0].Resources.Limits = v1.ResourceList{"vendor.io/gpu": resource.MustParse("1")}
 	err = env.m.Allocate(context.Background(), pod)
-	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "cannot allocate unregistered device vendor.io/gpu") {
-		t.Fatalf("error = %v, want unregistered device", err)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !errors.As(err, &ae) || ae.Reason() != "OutOfvendor.io/gpu" ||
+		err.Error() != "Node didn't have enough resource: vendor.io/gpu, requested: 1, used: 0, capacity: 0" {
+		t.Fatalf("error = %v, want OutOfvendor.io/gpu as the kubelet's resource fit says it", err)
 	}
 
 	// The plugin's Allocate failing.
@@ -150,7 +151,7 @@ func TestAllocateFailures(t *testing.T) {
 	p.kill()
 	env.waitCounts(t, testResource, 2, 0)
 	err = env.m.Allocate(context.Background(), podWith("uid6", ctr{"a", 1}))
-	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "not running") {
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "no healthy devices present; cannot allocate unhealthy devices example.com/dev") {
 		t.Fatalf("error = %v, want plugin not running", err)
 	}
 }

@@ -161,6 +161,7 @@ func (m *Manager) restoreCheckpoint() {
 		}
 		m.podDevs.set(types.UID(en.PodUID), en.ContainerName, en.ResourceName,
 			&allocation{ids: sets.New(en.DeviceIDs...), resp: resp, raw: en.AllocResp})
+		m.mayRun.Insert(types.UID(en.PodUID)) // the last run may have started it
 	}
 	m.allocated = m.podDevs.inUse()
 	m.log.Info("device checkpoint restored", "resources", len(data.RegisteredDevices), "allocations", len(data.PodDeviceEntries))

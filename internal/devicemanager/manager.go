@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/hostlock"
 )
 
@@ -75,6 +76,15 @@ type Config struct {
 	// right after an agent restart; default 0: fail at once, like the
 	// kubelet. Set it only when admission may block for that long.
 	PluginWait time.Duration
+	// Running tells which pods still have containers, so that devices are
+	// freed only once those have stopped (see Release). Default nil:
+	// devices are freed as soon as the caller says so.
+	Running RunningPods
+	// Recorder receives the manager's events (a pod waiting for a device
+	// plugin, a corrupt checkpoint). Default: events are dropped.
+	Recorder events.Recorder
+	// Node is the object node-level events are recorded on; default none.
+	Node *v1.Node
 }
 
 // PodLister lists the pods that are active on the node (admitted and not
@@ -111,6 +121,8 @@ type Manager struct {
 	listed      chan struct{}                 // closed and replaced when a plugin sends its devices
 	updates     uint64                        // ListAndWatch messages applied
 	ckptWarning string                        // set when a corrupt checkpoint was moved aside
+	mayRun      sets.Set[types.UID]           // pods whose containers may be using their devices
+	releasing   sets.Set[types.UID]           // pods gone whose devices wait for their containers to stop
 
 	ckpt *checkpointer
 
@@ -164,6 +176,9 @@ func New(cfg Config, pods PodLister, clk clock.PassiveClock, log *slog.Logger) (
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = events.Nop{}
+	}
 	log = log.With("component", "devicemanager")
 	return &Manager{
 		cfg:       cfg,
@@ -175,6 +190,8 @@ func New(cfg Config, pods PodLister, clk clock.PassiveClock, log *slog.Logger) (
 		sortedIDs: map[string][]string{},
 		allocated: map[string]sets.Set[string]{},
 		podDevs:   podDevices{},
+		mayRun:    sets.New[types.UID](),
+		releasing: sets.New[types.UID](),
 		listed:    make(chan struct{}),
 		ckpt:      newCheckpointer(filepath.Join(cfg.PluginDir, CheckpointName), log),
 		done:      make(chan struct{}),
@@ -295,6 +312,45 @@ func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList, removed []s
 		m.saveLocked()
 	}
 	return capacity, allocatable, removed
+}
+
+// Resources reports every device plugin resource whose plugin is
+// connected or gone for less than the grace period: capacity counts
+// healthy and unhealthy devices, allocatable only healthy ones. Unlike
+// Capacity it changes nothing, so any number of readers may call it.
+func (m *Manager) Resources() (capacity, allocatable v1.ResourceList) {
+	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clock.Now()
+	for name, devs := range m.devices {
+		if e := m.endpoints[name]; e == nil || e.graceExpired(now, m.cfg.GracePeriod) {
+			continue
+		}
+		healthy := 0
+		for _, d := range devs {
+			if d.healthy {
+				healthy++
+			}
+		}
+		capacity[v1.ResourceName(name)] = *resource.NewQuantity(int64(len(devs)), resource.DecimalSI)
+		allocatable[v1.ResourceName(name)] = *resource.NewQuantity(int64(healthy), resource.DecimalSI)
+	}
+	return capacity, allocatable
+}
+
+// InUse counts the devices pods hold, by resource, whether or not their
+// plugin is connected (after a restart, they come from the checkpoint).
+func (m *Manager) InUse() v1.ResourceList {
+	out := v1.ResourceList{}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, ids := range m.allocated {
+		if ids.Len() > 0 {
+			out[v1.ResourceName(name)] = *resource.NewQuantity(int64(ids.Len()), resource.DecimalSI)
+		}
+	}
+	return out
 }
 
 // Allocatable reports the healthy device count of every device plugin

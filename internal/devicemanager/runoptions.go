@@ -35,6 +35,9 @@ func (m *Manager) RunOptions(pod *v1.Pod, c *v1.Container) (*container.RunOption
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	held := m.podDevs.containerDevices(pod.UID, c.Name)
+	if len(held) > 0 {
+		m.mayRun.Insert(pod.UID) // a container is about to use them
+	}
 	for _, name := range deviceRequests(c) {
 		if _, isDevicePlugin := m.devices[name]; isDevicePlugin && held[name] == nil {
 			return nil, fmt.Errorf("device manager: %s/%s container %q asks for %s but holds no devices (not admitted?): %w",
