@@ -101,8 +101,10 @@ func (e extended) InUse() v1.ResourceList { return nil }
 // devices is an ExtendedResources hook with separate counts.
 type devices struct{ capacity, allocatable, inUse v1.ResourceList }
 
-func (d devices) Resources() (capacity, allocatable v1.ResourceList) { return d.capacity, d.allocatable }
-func (d devices) InUse() v1.ResourceList                           { return d.inUse }
+func (d devices) Resources() (capacity, allocatable v1.ResourceList) {
+	return d.capacity, d.allocatable
+}
+func (d devices) InUse() v1.ResourceList { return d.inUse }
 
 // TestExtendedCapacityCountsUnhealthyDevices: capacity counts every
 // device, allocatable only the healthy ones, as the kubelet reports them;
