@@ -87,7 +87,7 @@ type Agent struct {
 	NodeName    string
 	ExtraArgs   []string
 	PluginArgs  []string // extra flags for StartPlugin's example plugin
-	Addr        string // https://host:port once started
+	Addr        string   // https://host:port once started
 	// HTTP calls the agent's API as its local admin (client certificate
 	// and pinned serving certificate from RootDir/pki).
 	HTTP *http.Client
