@@ -334,8 +334,9 @@ func (m *Manager) PreStart(ctx context.Context, pod *v1.Pod, containerName strin
 		_, err := c.e.client.PreStartContainer(cctx, &pluginapi.PreStartContainerRequest{DevicesIds: c.ids})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("device manager: PreStartContainer of %s for %s/%s container %q: %v: %w",
-				c.e.resource, pod.Namespace, pod.Name, containerName, err, errdefs.ErrUnavailable)
+			// The kubelet's words, with the resource and container named.
+			return fmt.Errorf("device plugin PreStartContainer rpc failed with err: %v (%s for %s/%s container %q): %w",
+				err, c.e.resource, pod.Namespace, pod.Name, containerName, errdefs.ErrUnavailable)
 		}
 	}
 	return nil

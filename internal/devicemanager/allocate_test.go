@@ -216,6 +216,24 @@ func TestPreStartContainer(t *testing.T) {
 	if !reflect.DeepEqual(calls, [][]string{{"d0", "d1"}}) {
 		t.Fatalf("PreStartContainer calls = %v, want one with [d0 d1]", calls)
 	}
+
+	// RunOptions, which runs right before the container is created,
+	// calls it as the kubelet does.
+	if _, err := env.m.RunOptions(pod, &pod.Spec.Containers[0]); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	n := len(p.preStarts)
+	p.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("RunOptions made %d PreStartContainer calls in all, want 2", n)
+	}
+	// A failing PreStartContainer fails the container's options.
+	p.kill()
+	env.waitCounts(t, testResource, 2, 0)
+	if _, err := env.m.RunOptions(pod, &pod.Spec.Containers[0]); err == nil {
+		t.Fatal("RunOptions succeeded with the PreStartRequired plugin gone")
+	}
 }
 
 func TestRunOptionsFromAllocateResponses(t *testing.T) {

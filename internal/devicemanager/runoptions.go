@@ -1,6 +1,7 @@
 package devicemanager
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -23,7 +24,8 @@ const CDIAnnotationPrefix = "cdi.k8s.io/"
 // logged and the later resource (in name order) wins, like the kubelet.
 // A container that asks for device plugin resources but holds none is an
 // ErrNotFound: it must not start without its devices. RunOptions first
-// waits until the allocations are in the checkpoint on disk.
+// waits until the allocations are in the checkpoint on disk, then calls
+// PreStartContainer on the plugins that require it.
 func (m *Manager) RunOptions(pod *v1.Pod, c *v1.Container) (*container.RunOptions, error) {
 	if pod == nil || c == nil {
 		return nil, fmt.Errorf("device manager: run options: pod and container are required: %w", errdefs.ErrInvalidArgument)
@@ -31,6 +33,12 @@ func (m *Manager) RunOptions(pod *v1.Pod, c *v1.Container) (*container.RunOption
 	// The container must not run with devices the checkpoint lacks.
 	if err := m.ckpt.persisted(m.cfg.RPCTimeout); err != nil {
 		return nil, fmt.Errorf("device manager: run options for %s/%s container %q: %w", pod.Namespace, pod.Name, c.Name, err)
+	}
+	// Plugins that asked for it (PreStartRequired) prepare the devices
+	// now, as the kubelet calls PreStartContainer while it builds the
+	// container's options: a failure fails the container's creation.
+	if err := m.PreStart(context.Background(), pod, c.Name); err != nil {
+		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
