@@ -283,50 +283,47 @@ func (m *Manager) Stop() {
 // Capacity reports every device plugin resource: capacity counts healthy
 // and unhealthy devices, allocatable only healthy ones. Resources whose
 // plugin has been gone for longer than the grace period are dropped and
-// listed in removed, so the node status can delete them; removed is
-// reported once, so only the node status should call Capacity.
+// listed in removed (once: Resources and Devices drop them too).
 func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList, removed []string) {
-	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	for name, devs := range m.devices {
-		if e := m.endpoints[name]; e == nil || e.graceExpired(m.clock.Now(), m.cfg.GracePeriod) {
+	removed = m.dropExpiredLocked()
+	m.mu.Unlock()
+	capacity, allocatable = m.Resources()
+	return capacity, allocatable, removed
+}
+
+// dropExpiredLocked forgets the resources whose plugin has been gone for
+// longer than the grace period and returns their names. The devices pods
+// hold stay allocated (the pods still hold them) until the pods go.
+func (m *Manager) dropExpiredLocked() []string {
+	var removed []string
+	now := m.clock.Now()
+	for name := range m.devices {
+		if e := m.endpoints[name]; e == nil || e.graceExpired(now, m.cfg.GracePeriod) {
 			delete(m.devices, name)
 			delete(m.sortedIDs, name)
 			delete(m.endpoints, name)
 			removed = append(removed, name)
-			continue
 		}
-		healthy := 0
-		for _, d := range devs {
-			if d.healthy {
-				healthy++
-			}
-		}
-		capacity[v1.ResourceName(name)] = *resource.NewQuantity(int64(len(devs)), resource.DecimalSI)
-		allocatable[v1.ResourceName(name)] = *resource.NewQuantity(int64(healthy), resource.DecimalSI)
 	}
 	if len(removed) > 0 {
 		sort.Strings(removed)
 		m.log.Info("device plugin resources removed after grace period", "resources", removed)
 		m.saveLocked()
 	}
-	return capacity, allocatable, removed
+	return removed
 }
 
 // Resources reports every device plugin resource whose plugin is
-// connected or gone for less than the grace period: capacity counts
-// healthy and unhealthy devices, allocatable only healthy ones. Unlike
-// Capacity it changes nothing, so any number of readers may call it.
+// connected or gone for less than the grace period (it forgets the
+// others): capacity counts healthy and unhealthy devices, allocatable
+// only healthy ones. Any number of readers may call it.
 func (m *Manager) Resources() (capacity, allocatable v1.ResourceList) {
 	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.clock.Now()
+	m.dropExpiredLocked()
 	for name, devs := range m.devices {
-		if e := m.endpoints[name]; e == nil || e.graceExpired(now, m.cfg.GracePeriod) {
-			continue
-		}
 		healthy := 0
 		for _, d := range devs {
 			if d.healthy {
@@ -390,6 +387,7 @@ type DeviceInfo struct {
 func (m *Manager) Devices() []DeviceInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.dropExpiredLocked() // a plugin gone past the grace period lists nothing
 	owners := m.podDevs.owners()
 	var out []DeviceInfo
 	for name, devs := range m.devices {
