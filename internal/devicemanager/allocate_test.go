@@ -271,12 +271,15 @@ func TestRunOptionsFromAllocateResponses(t *testing.T) {
 	if len(opts.Devices) != 1 || opts.Devices[0].ContainerPath != "/dev/ex0" || opts.Devices[0].Permissions != "rw" {
 		t.Fatalf("devices = %v", opts.Devices)
 	}
-	if opts.Annotations["example.com/note"] != "yes" || opts.Annotations["cdi.k8s.io/devicemanager_example.com_dev"] != "example.com/dev=d0" {
-		t.Fatalf("annotations = %v", opts.Annotations)
+	if opts.Annotations["example.com/note"] != "yes" || len(opts.Annotations) != 1 {
+		t.Fatalf("annotations = %v, want only the plugin's", opts.Annotations)
+	}
+	if len(opts.CDIDevices) != 1 || opts.CDIDevices[0].GetName() != "example.com/dev=d0" {
+		t.Fatalf("CDI devices = %v, want example.com/dev=d0 in CRI's CDIDevices field", opts.CDIDevices)
 	}
 
 	plain, err := env.m.RunOptions(pod, &pod.Spec.Containers[1])
-	if err != nil || len(plain.Envs)+len(plain.Mounts)+len(plain.Devices)+len(plain.Annotations) != 0 {
+	if err != nil || len(plain.Envs)+len(plain.Mounts)+len(plain.Devices)+len(plain.CDIDevices)+len(plain.Annotations) != 0 {
 		t.Fatalf("container without devices: %v, %v", plain, err)
 	}
 	notAdmitted := podWith("uid2", ctr{"x", 1})
