@@ -29,6 +29,17 @@ func BenchmarkDeviceAgentRestart(b *testing.B) {
 		ids[i] = fmt.Sprintf("d%02d", i)
 	}
 	a.StartPlugin("example.com/dev", ids...)
+	// The pods come once the plugin is there: a static pod read before
+	// its plugin ever registered is rejected, as by the kubelet.
+	for deadline := time.Now().Add(harness.Deadline); ; time.Sleep(10 * time.Millisecond) {
+		nd := a.Node()
+		if q := nd.Status.Allocatable["example.com/dev"]; q.Value() == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the plugin's %d devices never showed on the node", n)
+		}
+	}
 	for i := 0; i < n; i++ {
 		a.WriteManifest(fmt.Sprintf("dev%02d.yaml", i), fmt.Sprintf(`
 apiVersion: v1
