@@ -30,6 +30,7 @@ func main() {
 	flag.StringVar(&cfg.PluginDir, "plugin-dir", pluginapi.DevicePluginPath, "device plugin directory holding kubelet.sock")
 	flag.StringVar(&cfg.SocketName, "socket-name", "", "this plugin's socket file name (default derived from --resource)")
 	flag.StringVar(&cfg.DeviceNode, "device-node", "", "host device node given to containers as /dev/<name>-<ID> (e.g. /dev/null); empty: env only")
+	flag.DurationVar(&cfg.RegisterDelay, "register-delay", 0, "wait this long before every registration (a slow plugin, for tests)")
 	flag.Parse()
 	if devices != "" {
 		cfg.Devices = strings.Split(devices, ",")

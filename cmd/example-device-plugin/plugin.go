@@ -31,6 +31,10 @@ type Config struct {
 	Devices         []string // static healthy device IDs, used when DevicesFile is empty
 	DeviceNode      string   // optional host device node handed to containers as /dev/<resource name>-<ID>
 	RegisterTimeout time.Duration
+	// RegisterDelay makes the plugin slow: it waits this long before
+	// every registration (to test agents against plugins that come back
+	// late after a restart). Default 0.
+	RegisterDelay time.Duration
 }
 
 // plugin is a device plugin whose devices come from flags or a file.
@@ -169,6 +173,16 @@ func (p *plugin) register(ctx context.Context) {
 	if _, err := os.Stat(p.kubeletPath()); err != nil {
 		p.log.Info("kubelet.sock not there yet; waiting for it", "path", p.kubeletPath())
 		return
+	}
+	if d := p.cfg.RegisterDelay; d > 0 {
+		p.log.Info("waiting before registering (--register-delay)", "delay", d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RegisterTimeout)
 	defer cancel()

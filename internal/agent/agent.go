@@ -21,7 +21,6 @@ import (
 	"github.com/minilet/minilet/internal/cluster"
 	"github.com/minilet/minilet/internal/cm"
 	"github.com/minilet/minilet/internal/config"
-	"github.com/minilet/minilet/internal/devicemanager"
 	"github.com/minilet/minilet/internal/downward"
 	"github.com/minilet/minilet/internal/eviction"
 	"github.com/minilet/minilet/internal/images"
@@ -106,13 +105,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	pods := lifecycle.NewPods(statuses)
 
 	// Device plugins, then cgroups (which count the devices' resources).
-	devices, err := devicemanager.New(devicemanager.Config{
-		PluginDir:          cfg.DevicePluginDir,
-		Owner:              cfg.RootDir,
-		PodResourcesSocket: filepath.Join(cfg.RootDir, "pod-resources", "kubelet.sock"),
-	}, devicemanager.PodListerFunc(pods.Active), clk, log)
+	devices, err := newDevices(cfg, pods, cri, recorder, clk, log)
 	if err != nil {
-		return fmt.Errorf("--device-plugin-dir: %w", err)
+		return err
 	}
 	if err := devices.Start(ctx); err != nil {
 		return heldBy(config.FlagDevicePluginDir, cfg.DevicePluginDir, err)

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/minilet/minilet/internal/errdefs"
@@ -55,13 +57,13 @@ func TestStatusEqualIgnoresHeartbeatsAndForeignConditions(t *testing.T) {
 	}
 	foreign := v1.NodeCondition{Type: "KernelDeadlock", Status: v1.ConditionFalse}
 	cur := v1.NodeStatus{Conditions: []v1.NodeCondition{ready(v1.ConditionTrue, 1), foreign}}
-	if !statusEqual(cur, v1.NodeStatus{Conditions: []v1.NodeCondition{ready(v1.ConditionTrue, 99)}}) {
+	if !statusEqual(cur, v1.NodeStatus{Conditions: []v1.NodeCondition{ready(v1.ConditionTrue, 99)}}, nil) {
 		t.Error("a new heartbeat alone counted as a change")
 	}
-	if statusEqual(cur, v1.NodeStatus{Conditions: []v1.NodeCondition{ready(v1.ConditionFalse, 1)}}) {
+	if statusEqual(cur, v1.NodeStatus{Conditions: []v1.NodeCondition{ready(v1.ConditionFalse, 1)}}, nil) {
 		t.Error("Ready turning False did not count as a change")
 	}
-	merged := mergeNodeStatus(cur, v1.NodeStatus{Conditions: []v1.NodeCondition{ready(v1.ConditionFalse, 2)}})
+	merged := mergeNodeStatus(cur, v1.NodeStatus{Conditions: []v1.NodeCondition{ready(v1.ConditionFalse, 2)}}, nil)
 	if len(merged.Conditions) != 2 || merged.Conditions[1].Type != "KernelDeadlock" {
 		t.Errorf("another writer's condition was dropped: %+v", merged.Conditions)
 	}
@@ -98,5 +100,30 @@ func TestMergePodStatusKeepsWhatOthersOwn(t *testing.T) {
 	}
 	if len(got.Conditions) != 3 || types[v1.PodReady] != v1.ConditionTrue || types[v1.PodScheduled] != v1.ConditionTrue || types["example.com/gate"] != v1.ConditionTrue {
 		t.Errorf("conditions: %+v", got.Conditions)
+	}
+}
+
+// Others' extended resources on the Node (patched into its status) stay,
+// with allocatable as capacity, as the kubelet keeps them; one this agent
+// reported and no longer does (a device plugin gone) goes.
+func TestMergeKeepsOthersExtendedResources(t *testing.T) {
+	q := resource.MustParse
+	cur := v1.NodeStatus{
+		Capacity:    v1.ResourceList{"cpu": q("2"), "example.com/dongle": q("4"), "example.com/gone": q("2"), "example.com/dev": q("3")},
+		Allocatable: v1.ResourceList{"cpu": q("2"), "example.com/dongle": q("4"), "example.com/gone": q("0"), "example.com/dev": q("3")},
+	}
+	want := v1.NodeStatus{
+		Capacity:    v1.ResourceList{"cpu": q("2"), "example.com/dev": q("3")},
+		Allocatable: v1.ResourceList{"cpu": q("1900m"), "example.com/dev": q("2")},
+	}
+	ours := map[v1.ResourceName]bool{"cpu": true, "example.com/dev": true, "example.com/gone": true}
+	got := mergeNodeStatus(cur, want, ours)
+	wantCap := v1.ResourceList{"cpu": q("2"), "example.com/dev": q("3"), "example.com/dongle": q("4")}
+	wantAlloc := v1.ResourceList{"cpu": q("1900m"), "example.com/dev": q("2"), "example.com/dongle": q("4")}
+	if !apiequality.Semantic.DeepEqual(got.Capacity, wantCap) || !apiequality.Semantic.DeepEqual(got.Allocatable, wantAlloc) {
+		t.Fatalf("merged capacity %v allocatable %v; want %v and %v", got.Capacity, got.Allocatable, wantCap, wantAlloc)
+	}
+	if !statusEqual(got, want, ours) {
+		t.Error("a status with others' resources kept counted as a change")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +38,10 @@ type nodeStatus struct {
 	mu         sync.Mutex
 	node       *v1.Node // as the API server last returned it; nil until registered
 	lastReport time.Time
+	// ours names every resource this agent has reported in capacity in
+	// this run: one it stops reporting (a device plugin gone past its
+	// grace period) is removed from the Node, others' are kept.
+	ours       map[v1.ResourceName]bool
 	registered chan struct{}
 	regOnce    sync.Once
 }
@@ -153,7 +158,7 @@ func (n *nodeStatus) updateStatus(ctx context.Context, cur *v1.Node) error {
 	n.mu.Lock()
 	due := n.c.clock.Since(n.lastReport) >= n.c.cfg.NodeStatusReportFrequency
 	n.mu.Unlock()
-	if !due && statusEqual(cur.Status, want) {
+	if !due && statusEqual(cur.Status, want, n.ownResources()) {
 		return nil
 	}
 	return n.write(ctx, cur, want)
@@ -179,7 +184,15 @@ func (n *nodeStatus) write(ctx context.Context, _ *v1.Node, status v1.NodeStatus
 		ref := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)}}
 		n.c.cfg.Recorder.Eventf(ref, v1.EventTypeWarning, "Rebooted", "Node %s has been rebooted, boot id: %s", name, now)
 	}
-	patch, err := statusPatch(cur, mergeNodeStatus(cur.Status, status))
+	n.mu.Lock()
+	if n.ours == nil {
+		n.ours = map[v1.ResourceName]bool{}
+	}
+	for name := range status.Capacity {
+		n.ours[name] = true
+	}
+	n.mu.Unlock()
+	patch, err := statusPatch(cur, mergeNodeStatus(cur.Status, status, n.ownResources()))
 	if err != nil {
 		return fmt.Errorf("status patch for node %s: %w", name, err)
 	}
@@ -233,13 +246,55 @@ func (n *nodeStatus) forget() {
 
 // mergeNodeStatus is the status to write: minilet's own fields, keeping
 // what others own (images, volumes, config).
-func mergeNodeStatus(cur, want v1.NodeStatus) v1.NodeStatus {
+func mergeNodeStatus(cur, want v1.NodeStatus, ours map[v1.ResourceName]bool) v1.NodeStatus {
 	out := cur
-	out.Capacity, out.Allocatable = want.Capacity, want.Allocatable
+	out.Capacity, out.Allocatable = mergeResources(cur, want, ours)
 	out.Phase, out.Addresses = want.Phase, want.Addresses
 	out.DaemonEndpoints, out.NodeInfo = want.DaemonEndpoints, want.NodeInfo
 	out.Conditions = mergeConditions(cur.Conditions, want.Conditions)
 	return out
+}
+
+// ownResources is a copy of ours.
+func (n *nodeStatus) ownResources() map[v1.ResourceName]bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[v1.ResourceName]bool, len(n.ours))
+	for k := range n.ours {
+		out[k] = true
+	}
+	return out
+}
+
+// mergeResources is the capacity and allocatable to write: this agent's,
+// plus the extended resources others advertise on the Node (patched into
+// its status, as the Kubernetes docs show for node-level extended
+// resources), which the kubelet keeps and makes allocatable as they are.
+// A resource this agent reported before in this run (ours) and reports
+// no longer is dropped.
+func mergeResources(cur, want v1.NodeStatus, ours map[v1.ResourceName]bool) (capacity, allocatable v1.ResourceList) {
+	capacity, allocatable = want.Capacity.DeepCopy(), want.Allocatable.DeepCopy()
+	for name, q := range cur.Capacity {
+		if _, mine := want.Capacity[name]; mine || ours[name] || !isExtendedResource(name) {
+			continue
+		}
+		if capacity == nil {
+			capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
+		}
+		if allocatable == nil {
+			allocatable = v1.ResourceList{}
+		}
+		capacity[name] = q.DeepCopy()
+		allocatable[name] = q.DeepCopy()
+	}
+	return capacity, allocatable
+}
+
+// isExtendedResource reports whether name is an extended resource
+// (example.com/dongle) rather than a native one.
+func isExtendedResource(name v1.ResourceName) bool {
+	s := string(name)
+	return strings.Contains(s, "/") && !strings.Contains(s, "kubernetes.io/") && !strings.HasPrefix(s, "requests.")
 }
 
 // mergeConditions replaces minilet's conditions and keeps others' (set by
@@ -259,8 +314,8 @@ func mergeConditions(cur, want []v1.NodeCondition) []v1.NodeCondition {
 }
 
 // statusEqual compares the fields minilet writes, ignoring heartbeats.
-func statusEqual(cur, want v1.NodeStatus) bool {
-	merged := mergeNodeStatus(cur, want)
+func statusEqual(cur, want v1.NodeStatus, ours map[v1.ResourceName]bool) bool {
+	merged := mergeNodeStatus(cur, want, ours)
 	strip := func(s v1.NodeStatus) v1.NodeStatus {
 		s = *s.DeepCopy()
 		for i := range s.Conditions {

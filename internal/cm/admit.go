@@ -34,7 +34,7 @@ func (m *Manager) Admit(pod *v1.Pod, activePods []*v1.Pod) (ok bool, reason, mes
 	if err := ValidatePodResources(pod); err != nil {
 		return false, ReasonFailedValidation, err.Error()
 	}
-	alloc := m.Allocatable()
+	alloc := m.admissionAllocatable()
 	others := make([]*v1.Pod, 0, len(activePods))
 	for _, p := range activePods {
 		if p.UID != pod.UID {

@@ -18,7 +18,12 @@ const DefaultMaxPods = 110
 // ExtendedResources supplies extended resources (device plugins) to merge
 // into the node's capacity and allocatable and to check at admission.
 type ExtendedResources interface {
-	Allocatable() v1.ResourceList
+	// Resources reports every resource: capacity counts all its devices,
+	// healthy or not, allocatable only the healthy ones (as the kubelet).
+	Resources() (capacity, allocatable v1.ResourceList)
+	// InUse counts the devices pods hold, by resource, including those
+	// restored from the checkpoint whose plugin has not registered again.
+	InUse() v1.ResourceList
 }
 
 // Config configures the container manager. Fields document their default.

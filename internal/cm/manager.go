@@ -465,22 +465,45 @@ func (m *Manager) updateTiersLocked() error {
 	return errors.Join(errs...)
 }
 
-// Capacity is the node's capacity, extended resources included.
+// Capacity is the node's capacity, extended resources included (their
+// unhealthy devices too).
 func (m *Manager) Capacity() v1.ResourceList {
-	return m.withExtended(m.capacity)
+	out := m.capacity.DeepCopy()
+	if m.cfg.Extended != nil {
+		capacity, _ := m.cfg.Extended.Resources()
+		for name, q := range capacity {
+			out[name] = q.DeepCopy()
+		}
+	}
+	return out
 }
 
 // Allocatable is capacity minus kube-reserved, system-reserved and the
-// hard eviction thresholds, with extended resources from the hook merged in.
+// hard eviction thresholds, with the healthy devices of extended
+// resources merged in.
 func (m *Manager) Allocatable() v1.ResourceList {
-	return m.withExtended(m.allocatable)
+	out := m.allocatable.DeepCopy()
+	if m.cfg.Extended != nil {
+		_, alloc := m.cfg.Extended.Resources()
+		for name, q := range alloc {
+			out[name] = q.DeepCopy()
+		}
+	}
+	return out
 }
 
-func (m *Manager) withExtended(base v1.ResourceList) v1.ResourceList {
-	out := base.DeepCopy()
-	if m.cfg.Extended != nil {
-		for name, q := range m.cfg.Extended.Allocatable() {
-			out[name] = q.DeepCopy()
+// admissionAllocatable is Allocatable with every extended resource raised
+// to at least what pods hold of it, as the kubelet's resource fit does:
+// after an agent restart, before the plugins have registered again, the
+// pods that hold devices from the checkpoint still fit.
+func (m *Manager) admissionAllocatable() v1.ResourceList {
+	out := m.Allocatable()
+	if m.cfg.Extended == nil {
+		return out
+	}
+	for name, held := range m.cfg.Extended.InUse() {
+		if cur, ok := out[name]; !ok || cur.Cmp(held) < 0 {
+			out[name] = held.DeepCopy()
 		}
 	}
 	return out

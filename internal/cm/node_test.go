@@ -84,13 +84,69 @@ func TestConfigBadInput(t *testing.T) {
 	}
 }
 
-// extended is an ExtendedResources hook with fixed values.
+// extended is an ExtendedResources hook with fixed values, all healthy
+// and none in use.
 type extended map[string]string
 
-func (e extended) Allocatable() v1.ResourceList {
+func (e extended) Resources() (capacity, allocatable v1.ResourceList) {
 	out := v1.ResourceList{}
 	for k, v := range e {
 		out[v1.ResourceName(k)] = rl(k, v)[v1.ResourceName(k)]
 	}
-	return out
+	return out, out.DeepCopy()
+}
+
+func (e extended) InUse() v1.ResourceList { return nil }
+
+// devices is an ExtendedResources hook with separate counts.
+type devices struct{ capacity, allocatable, inUse v1.ResourceList }
+
+func (d devices) Resources() (capacity, allocatable v1.ResourceList) {
+	return d.capacity, d.allocatable
+}
+func (d devices) InUse() v1.ResourceList { return d.inUse }
+
+// TestExtendedCapacityCountsUnhealthyDevices: capacity counts every
+// device, allocatable only the healthy ones, as the kubelet reports them;
+// the node's own resources stay.
+func TestExtendedCapacityCountsUnhealthyDevices(t *testing.T) {
+	m := newTestManager(t, Config{
+		CapacityOverride: rl("cpu", "2", "memory", "4Gi", "ephemeral-storage", "10Gi"),
+		Extended:         devices{capacity: rl("example.com/gpu", "4"), allocatable: rl("example.com/gpu", "3")},
+	})
+	c, a := m.Capacity(), m.Allocatable()
+	if q := c["example.com/gpu"]; q.Value() != 4 {
+		t.Errorf("capacity example.com/gpu = %s, want 4", q.String())
+	}
+	if q := a["example.com/gpu"]; q.Value() != 3 {
+		t.Errorf("allocatable example.com/gpu = %s, want 3", q.String())
+	}
+	if q := c[v1.ResourceCPU]; q.String() != "2" {
+		t.Errorf("capacity cpu = %s, want 2 next to the devices", q.String())
+	}
+}
+
+// TestAdmitCountsDevicesHeldFromTheCheckpoint: after a restart, before the
+// plugin registers again (allocatable 0), pods holding devices from the
+// checkpoint still fit; a new pod does not.
+func TestAdmitCountsDevicesHeldFromTheCheckpoint(t *testing.T) {
+	m := newTestManager(t, Config{
+		CapacityOverride: rl("cpu", "2", "memory", "4Gi", "ephemeral-storage", "10Gi"),
+		Extended: devices{capacity: rl("example.com/gpu", "0"), allocatable: rl("example.com/gpu", "0"),
+			inUse: rl("example.com/gpu", "2")},
+	})
+	gpu := func(name string) *v1.Pod {
+		return mkPod(name, ctr("c", rl("example.com/gpu", "1"), rl("example.com/gpu", "1")))
+	}
+	a, b := withUID(gpu("a"), "a"), withUID(gpu("b"), "b")
+	if ok, reason, msg := m.Admit(a, nil); !ok {
+		t.Fatalf("running pod a rejected: %s %s", reason, msg)
+	}
+	if ok, reason, msg := m.Admit(b, []*v1.Pod{a}); !ok {
+		t.Fatalf("running pod b rejected: %s %s", reason, msg)
+	}
+	ok, reason, msg := m.Admit(withUID(gpu("c"), "c"), []*v1.Pod{a, b})
+	if ok || reason != "OutOfexample.com/gpu" || msg != "Node didn't have enough resource: example.com/gpu, requested: 1, used: 2, capacity: 2" {
+		t.Fatalf("new pod c: Admit = %v %q %q, want OutOfexample.com/gpu", ok, reason, msg)
+	}
 }

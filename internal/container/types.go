@@ -106,5 +106,6 @@ type RunOptions struct {
 	Envs        []*runtimeapi.KeyValue
 	Mounts      []*runtimeapi.Mount
 	Devices     []*runtimeapi.Device
+	CDIDevices  []*runtimeapi.CDIDevice // fully qualified CDI names (vendor.com/class=name)
 	Annotations map[string]string
 }

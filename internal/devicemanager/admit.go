@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Admit allocates the devices a new pod asks for, as the kubelet's device
@@ -22,7 +21,3 @@ func (m *Manager) Admit(ctx context.Context, pod *v1.Pod, _ []*v1.Pod) (ok bool,
 	}
 	return false, ReasonUnexpectedAdmissionError, err.Error()
 }
-
-// Release frees the devices of a pod that a later admission step rejected
-// or that is gone.
-func (m *Manager) Release(uid types.UID) { m.RemovePod(uid) }

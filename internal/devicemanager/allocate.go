@@ -2,9 +2,9 @@ package devicemanager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
@@ -35,14 +35,39 @@ type AdmissionError struct {
 
 // Error reads like the kubelet's admission message.
 func (e *AdmissionError) Error() string {
+	var o *outOfResource
+	if errors.As(e.Err, &o) {
+		return o.Error()
+	}
 	return "Allocate failed due to " + e.Err.Error() + ", which is unexpected"
 }
 
 // Unwrap returns the classified cause.
 func (e *AdmissionError) Unwrap() error { return e.Err }
 
-// Reason is the pod status reason for this failure.
-func (e *AdmissionError) Reason() string { return ReasonUnexpectedAdmissionError }
+// Reason is the pod status reason for this failure: OutOf<resource> for
+// a resource the node does not have at all (as the kubelet's resource
+// fit says for it), UnexpectedAdmissionError otherwise.
+func (e *AdmissionError) Reason() string {
+	var o *outOfResource
+	if errors.As(e.Err, &o) {
+		return "OutOf" + o.resource
+	}
+	return ReasonUnexpectedAdmissionError
+}
+
+// outOfResource is a request for a resource no device plugin serves (and
+// none did in this run or the last): the node has none of it.
+type outOfResource struct {
+	resource  string
+	requested int
+}
+
+func (o *outOfResource) Error() string {
+	return fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: 0, capacity: 0", o.resource, o.requested)
+}
+
+func (o *outOfResource) Unwrap() error { return errdefs.ErrResourceExhausted }
 
 // classified is an error whose message is exactly msg and which is its class.
 type classified struct {
@@ -147,48 +172,6 @@ func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod) error {
 	return nil
 }
 
-// waitForPlugins waits up to PluginWait until every known resource the
-// pod asks for has a connected plugin that has listed its devices.
-// Pods already holding their devices (re-admission) do not wait.
-func (m *Manager) waitForPlugins(ctx context.Context, pod *v1.Pod) {
-	var names []string
-	for i := range pod.Spec.InitContainers {
-		names = append(names, deviceRequests(&pod.Spec.InitContainers[i])...)
-	}
-	for i := range pod.Spec.Containers {
-		names = append(names, deviceRequests(&pod.Spec.Containers[i])...)
-	}
-	if len(names) == 0 {
-		return
-	}
-	timer := time.NewTimer(m.cfg.PluginWait)
-	defer timer.Stop()
-	for {
-		m.mu.Lock()
-		waiting := ""
-		for _, name := range names {
-			e := m.endpoints[name]
-			if e != nil && (!e.running() || !e.listed) && m.podDevs[pod.UID] == nil {
-				waiting = name
-				break
-			}
-		}
-		listed := m.listed
-		m.mu.Unlock()
-		if waiting == "" {
-			return
-		}
-		m.log.Info("waiting for a device plugin before admitting a pod", "resource", waiting, "pod", pod.UID)
-		select {
-		case <-listed:
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-			return
-		}
-	}
-}
-
 // deviceRequests lists the extended resources a container asks for, sorted.
 func deviceRequests(c *v1.Container) []string {
 	var out []string
@@ -216,11 +199,11 @@ func (m *Manager) allocateOne(ctx context.Context, pod types.UID, container, res
 	e := m.endpoints[resourceName]
 	if e == nil {
 		m.mu.Unlock()
-		return false, errorf(errdefs.ErrUnavailable, "cannot allocate unregistered device %s", resourceName)
+		return false, &outOfResource{resource: resourceName, requested: want}
 	}
 	if !e.running() {
 		m.mu.Unlock()
-		return false, errorf(errdefs.ErrUnavailable, "device plugin for %s is not running", resourceName)
+		return false, errorf(errdefs.ErrUnavailable, "no healthy devices present; cannot allocate unhealthy devices %s", resourceName)
 	}
 	chosen := sets.New[string]()
 	take := func(from []string) bool {
@@ -351,45 +334,10 @@ func (m *Manager) PreStart(ctx context.Context, pod *v1.Pod, containerName strin
 		_, err := c.e.client.PreStartContainer(cctx, &pluginapi.PreStartContainerRequest{DevicesIds: c.ids})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("device manager: PreStartContainer of %s for %s/%s container %q: %v: %w",
-				c.e.resource, pod.Namespace, pod.Name, containerName, err, errdefs.ErrUnavailable)
+			// The kubelet's words, with the resource and container named.
+			return fmt.Errorf("device plugin PreStartContainer rpc failed with err: %v (%s for %s/%s container %q): %w",
+				err, c.e.resource, pod.Namespace, pod.Name, containerName, errdefs.ErrUnavailable)
 		}
 	}
 	return nil
-}
-
-// RemovePod frees every device the pod holds.
-func (m *Manager) RemovePod(uid types.UID) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.podDevs[uid]; !ok {
-		return
-	}
-	delete(m.podDevs, uid)
-	m.allocated = m.podDevs.inUse()
-	m.saveLocked()
-}
-
-// UpdateAllocatedDevices frees the devices of every pod not in active.
-// Call it from housekeeping once all pod sources have been seen.
-func (m *Manager) UpdateAllocatedDevices(active []*v1.Pod) {
-	keep := sets.New[types.UID]()
-	for _, p := range active {
-		if p != nil {
-			keep.Insert(p.UID)
-		}
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	changed := false
-	for uid := range m.podDevs {
-		if !keep.Has(uid) {
-			delete(m.podDevs, uid)
-			changed = true
-		}
-	}
-	if changed {
-		m.allocated = m.podDevs.inUse()
-		m.saveLocked()
-	}
 }

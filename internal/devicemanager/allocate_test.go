@@ -128,8 +128,9 @@ func TestAllocateFailures(t *testing.T) {
 	pod := podWith("uid4", ctr{"a", 0})
 	pod.Spec.Containers[0].Resources.Limits = v1.ResourceList{"vendor.io/gpu": resource.MustParse("1")}
 	err = env.m.Allocate(context.Background(), pod)
-	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "cannot allocate unregistered device vendor.io/gpu") {
-		t.Fatalf("error = %v, want unregistered device", err)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !errors.As(err, &ae) || ae.Reason() != "OutOfvendor.io/gpu" ||
+		err.Error() != "Node didn't have enough resource: vendor.io/gpu, requested: 1, used: 0, capacity: 0" {
+		t.Fatalf("error = %v, want OutOfvendor.io/gpu as the kubelet's resource fit says it", err)
 	}
 
 	// The plugin's Allocate failing.
@@ -150,7 +151,7 @@ func TestAllocateFailures(t *testing.T) {
 	p.kill()
 	env.waitCounts(t, testResource, 2, 0)
 	err = env.m.Allocate(context.Background(), podWith("uid6", ctr{"a", 1}))
-	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "not running") {
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "no healthy devices present; cannot allocate unhealthy devices example.com/dev") {
 		t.Fatalf("error = %v, want plugin not running", err)
 	}
 }
@@ -215,6 +216,24 @@ func TestPreStartContainer(t *testing.T) {
 	if !reflect.DeepEqual(calls, [][]string{{"d0", "d1"}}) {
 		t.Fatalf("PreStartContainer calls = %v, want one with [d0 d1]", calls)
 	}
+
+	// RunOptions, which runs right before the container is created,
+	// calls it as the kubelet does.
+	if _, err := env.m.RunOptions(pod, &pod.Spec.Containers[0]); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	n := len(p.preStarts)
+	p.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("RunOptions made %d PreStartContainer calls in all, want 2", n)
+	}
+	// A failing PreStartContainer fails the container's options.
+	p.kill()
+	env.waitCounts(t, testResource, 2, 0)
+	if _, err := env.m.RunOptions(pod, &pod.Spec.Containers[0]); err == nil {
+		t.Fatal("RunOptions succeeded with the PreStartRequired plugin gone")
+	}
 }
 
 func TestRunOptionsFromAllocateResponses(t *testing.T) {
@@ -252,12 +271,15 @@ func TestRunOptionsFromAllocateResponses(t *testing.T) {
 	if len(opts.Devices) != 1 || opts.Devices[0].ContainerPath != "/dev/ex0" || opts.Devices[0].Permissions != "rw" {
 		t.Fatalf("devices = %v", opts.Devices)
 	}
-	if opts.Annotations["example.com/note"] != "yes" || opts.Annotations["cdi.k8s.io/devicemanager_example.com_dev"] != "example.com/dev=d0" {
-		t.Fatalf("annotations = %v", opts.Annotations)
+	if opts.Annotations["example.com/note"] != "yes" || len(opts.Annotations) != 1 {
+		t.Fatalf("annotations = %v, want only the plugin's", opts.Annotations)
+	}
+	if len(opts.CDIDevices) != 1 || opts.CDIDevices[0].GetName() != "example.com/dev=d0" {
+		t.Fatalf("CDI devices = %v, want example.com/dev=d0 in CRI's CDIDevices field", opts.CDIDevices)
 	}
 
 	plain, err := env.m.RunOptions(pod, &pod.Spec.Containers[1])
-	if err != nil || len(plain.Envs)+len(plain.Mounts)+len(plain.Devices)+len(plain.Annotations) != 0 {
+	if err != nil || len(plain.Envs)+len(plain.Mounts)+len(plain.Devices)+len(plain.CDIDevices)+len(plain.Annotations) != 0 {
 		t.Fatalf("container without devices: %v, %v", plain, err)
 	}
 	notAdmitted := podWith("uid2", ctr{"x", 1})

@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"google.golang.org/protobuf/proto"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -115,8 +116,14 @@ func (m *Manager) CheckpointWarning() string {
 	return m.ckptWarning
 }
 
-// ReasonCheckpointCorrupt is the event reason for CheckpointWarning.
+// ReasonCheckpointCorrupt is the reason of the Warning event on the node
+// (Config.Node) with CheckpointWarning's message. The kubelet only logs
+// a corrupt checkpoint; minilet tells the node's events too.
 const ReasonCheckpointCorrupt = "DeviceCheckpointCorrupt"
+
+// CorruptSuffix names the one kept copy of a corrupt checkpoint:
+// <checkpoint>.corrupt.
+const CorruptSuffix = ".corrupt"
 
 // restoreCheckpoint loads allocations and the known resources. Every
 // known resource starts with no devices and a stopped endpoint, so its
@@ -129,10 +136,16 @@ func (m *Manager) restoreCheckpoint() {
 	case errors.Is(err, os.ErrNotExist):
 		return
 	case errors.Is(err, errCorrupt):
-		aside := fmt.Sprintf("%s.corrupt-%d", m.ckpt.path, m.clock.Now().UnixNano())
+		// One copy is kept for inspection: the newest corrupt file
+		// replaces an older one, so they cannot pile up.
+		aside := m.ckpt.path + CorruptSuffix
 		m.mu.Lock()
 		m.ckptWarning = fmt.Sprintf("device checkpoint %s was corrupt (%v); moved to %s, device allocations start empty", m.ckpt.path, err, aside)
+		warning := m.ckptWarning
 		m.mu.Unlock()
+		if m.cfg.Node != nil {
+			m.cfg.Recorder.Event(m.cfg.Node, v1.EventTypeWarning, ReasonCheckpointCorrupt, warning)
+		}
 		if rerr := os.Rename(m.ckpt.path, aside); rerr != nil {
 			m.log.Warn("device checkpoint is corrupt and could not be moved aside; starting empty",
 				"path", m.ckpt.path, "err", err, "renameErr", rerr)
@@ -161,6 +174,7 @@ func (m *Manager) restoreCheckpoint() {
 		}
 		m.podDevs.set(types.UID(en.PodUID), en.ContainerName, en.ResourceName,
 			&allocation{ids: sets.New(en.DeviceIDs...), resp: resp, raw: en.AllocResp})
+		m.mayRun.Insert(types.UID(en.PodUID)) // the last run may have started it
 	}
 	m.allocated = m.podDevs.inUse()
 	m.log.Info("device checkpoint restored", "resources", len(data.RegisteredDevices), "allocations", len(data.PodDeviceEntries))

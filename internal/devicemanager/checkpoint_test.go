@@ -15,6 +15,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/minilet/minilet/internal/errdefs"
@@ -124,16 +125,27 @@ func TestCorruptCheckpointStartsEmpty(t *testing.T) {
 			path := filepath.Join(dir, CheckpointName)
 			corrupt(t, path)
 
-			env2 := startManager(t, dir, Config{}, nil)
+			// An older corrupt copy is replaced, not added to.
+			if err := os.WriteFile(path+CorruptSuffix, []byte("older"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			rec := &recorder{}
+			env2 := startManager(t, dir, Config{Recorder: rec, Node: &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}}, nil)
 			if held(env2.m, "uid1", "a") != nil {
 				t.Fatal("allocations were restored from a corrupt checkpoint")
 			}
 			if c, _ := env2.counts(testResource); c != -1 {
 				t.Fatalf("resource restored from a corrupt checkpoint")
 			}
-			aside, _ := filepath.Glob(path + ".corrupt-*")
-			if len(aside) != 1 {
-				t.Fatalf("corrupt checkpoint not moved aside: %v", aside)
+			aside, _ := filepath.Glob(path + ".corrupt*")
+			if len(aside) != 1 || aside[0] != path+CorruptSuffix {
+				t.Fatalf("corrupt checkpoint not moved aside as the one copy: %v", aside)
+			}
+			if kept, _ := os.ReadFile(aside[0]); string(kept) == "older" {
+				t.Fatal("the older corrupt copy was kept instead of the newest")
+			}
+			if evs := rec.list(); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning DeviceCheckpointCorrupt device checkpoint "+path+" was corrupt") {
+				t.Fatalf("events = %q, want one DeviceCheckpointCorrupt warning", evs)
 			}
 			if w := env2.m.CheckpointWarning(); !strings.Contains(w, aside[0]) {
 				t.Fatalf("CheckpointWarning() = %q, want it to name %s", w, aside[0])

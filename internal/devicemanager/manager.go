@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/errdefs"
+	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/hostlock"
 )
 
@@ -75,6 +76,15 @@ type Config struct {
 	// right after an agent restart; default 0: fail at once, like the
 	// kubelet. Set it only when admission may block for that long.
 	PluginWait time.Duration
+	// Running tells which pods still have containers, so that devices are
+	// freed only once those have stopped (see Release). Default nil:
+	// devices are freed as soon as the caller says so.
+	Running RunningPods
+	// Recorder receives the manager's events (a pod waiting for a device
+	// plugin, a corrupt checkpoint). Default: events are dropped.
+	Recorder events.Recorder
+	// Node is the object node-level events are recorded on; default none.
+	Node *v1.Node
 }
 
 // PodLister lists the pods that are active on the node (admitted and not
@@ -111,6 +121,8 @@ type Manager struct {
 	listed      chan struct{}                 // closed and replaced when a plugin sends its devices
 	updates     uint64                        // ListAndWatch messages applied
 	ckptWarning string                        // set when a corrupt checkpoint was moved aside
+	mayRun      sets.Set[types.UID]           // pods whose containers may be using their devices
+	releasing   sets.Set[types.UID]           // pods gone whose devices wait for their containers to stop
 
 	ckpt *checkpointer
 
@@ -164,6 +176,9 @@ func New(cfg Config, pods PodLister, clk clock.PassiveClock, log *slog.Logger) (
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.Recorder == nil {
+		cfg.Recorder = events.Nop{}
+	}
 	log = log.With("component", "devicemanager")
 	return &Manager{
 		cfg:       cfg,
@@ -175,6 +190,8 @@ func New(cfg Config, pods PodLister, clk clock.PassiveClock, log *slog.Logger) (
 		sortedIDs: map[string][]string{},
 		allocated: map[string]sets.Set[string]{},
 		podDevs:   podDevices{},
+		mayRun:    sets.New[types.UID](),
+		releasing: sets.New[types.UID](),
 		listed:    make(chan struct{}),
 		ckpt:      newCheckpointer(filepath.Join(cfg.PluginDir, CheckpointName), log),
 		done:      make(chan struct{}),
@@ -266,20 +283,47 @@ func (m *Manager) Stop() {
 // Capacity reports every device plugin resource: capacity counts healthy
 // and unhealthy devices, allocatable only healthy ones. Resources whose
 // plugin has been gone for longer than the grace period are dropped and
-// listed in removed, so the node status can delete them; removed is
-// reported once, so only the node status should call Capacity.
+// listed in removed (once: Resources and Devices drop them too).
 func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList, removed []string) {
-	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	for name, devs := range m.devices {
-		if e := m.endpoints[name]; e == nil || e.graceExpired(m.clock.Now(), m.cfg.GracePeriod) {
+	removed = m.dropExpiredLocked()
+	m.mu.Unlock()
+	capacity, allocatable = m.Resources()
+	return capacity, allocatable, removed
+}
+
+// dropExpiredLocked forgets the resources whose plugin has been gone for
+// longer than the grace period and returns their names. The devices pods
+// hold stay allocated (the pods still hold them) until the pods go.
+func (m *Manager) dropExpiredLocked() []string {
+	var removed []string
+	now := m.clock.Now()
+	for name := range m.devices {
+		if e := m.endpoints[name]; e == nil || e.graceExpired(now, m.cfg.GracePeriod) {
 			delete(m.devices, name)
 			delete(m.sortedIDs, name)
 			delete(m.endpoints, name)
 			removed = append(removed, name)
-			continue
 		}
+	}
+	if len(removed) > 0 {
+		sort.Strings(removed)
+		m.log.Info("device plugin resources removed after grace period", "resources", removed)
+		m.saveLocked()
+	}
+	return removed
+}
+
+// Resources reports every device plugin resource whose plugin is
+// connected or gone for less than the grace period (it forgets the
+// others): capacity counts healthy and unhealthy devices, allocatable
+// only healthy ones. Any number of readers may call it.
+func (m *Manager) Resources() (capacity, allocatable v1.ResourceList) {
+	capacity, allocatable = v1.ResourceList{}, v1.ResourceList{}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropExpiredLocked()
+	for name, devs := range m.devices {
 		healthy := 0
 		for _, d := range devs {
 			if d.healthy {
@@ -289,12 +333,21 @@ func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList, removed []s
 		capacity[v1.ResourceName(name)] = *resource.NewQuantity(int64(len(devs)), resource.DecimalSI)
 		allocatable[v1.ResourceName(name)] = *resource.NewQuantity(int64(healthy), resource.DecimalSI)
 	}
-	if len(removed) > 0 {
-		sort.Strings(removed)
-		m.log.Info("device plugin resources removed after grace period", "resources", removed)
-		m.saveLocked()
+	return capacity, allocatable
+}
+
+// InUse counts the devices pods hold, by resource, whether or not their
+// plugin is connected (after a restart, they come from the checkpoint).
+func (m *Manager) InUse() v1.ResourceList {
+	out := v1.ResourceList{}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, ids := range m.allocated {
+		if ids.Len() > 0 {
+			out[v1.ResourceName(name)] = *resource.NewQuantity(int64(ids.Len()), resource.DecimalSI)
+		}
 	}
-	return capacity, allocatable, removed
+	return out
 }
 
 // Allocatable reports the healthy device count of every device plugin
@@ -334,6 +387,7 @@ type DeviceInfo struct {
 func (m *Manager) Devices() []DeviceInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.dropExpiredLocked() // a plugin gone past the grace period lists nothing
 	owners := m.podDevs.owners()
 	var out []DeviceInfo
 	for name, devs := range m.devices {

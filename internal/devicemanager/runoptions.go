@@ -1,9 +1,9 @@
 package devicemanager
 
 import (
+	"context"
 	"fmt"
 	"sort"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -12,18 +12,15 @@ import (
 	"github.com/minilet/minilet/internal/errdefs"
 )
 
-// CDIAnnotationPrefix is the CDI annotation namespace: the runtime resolves
-// `cdi.k8s.io/<key>: vendor.com/class=name,...` from CDI spec files.
-const CDIAnnotationPrefix = "cdi.k8s.io/"
-
 // RunOptions returns what the plugins' Allocate answers add to a
-// container: environment, mounts, device nodes and annotations (CDI device
-// names become CDI annotations). Duplicates across resources keep the
+// container: environment, mounts, device nodes, annotations and CDI
+// devices (in CRI's CDIDevices field, as the kubelet sends them). Duplicates across resources keep the
 // first mount or device per container path; a conflicting env value is
 // logged and the later resource (in name order) wins, like the kubelet.
 // A container that asks for device plugin resources but holds none is an
 // ErrNotFound: it must not start without its devices. RunOptions first
-// waits until the allocations are in the checkpoint on disk.
+// waits until the allocations are in the checkpoint on disk, then calls
+// PreStartContainer on the plugins that require it.
 func (m *Manager) RunOptions(pod *v1.Pod, c *v1.Container) (*container.RunOptions, error) {
 	if pod == nil || c == nil {
 		return nil, fmt.Errorf("device manager: run options: pod and container are required: %w", errdefs.ErrInvalidArgument)
@@ -32,9 +29,18 @@ func (m *Manager) RunOptions(pod *v1.Pod, c *v1.Container) (*container.RunOption
 	if err := m.ckpt.persisted(m.cfg.RPCTimeout); err != nil {
 		return nil, fmt.Errorf("device manager: run options for %s/%s container %q: %w", pod.Namespace, pod.Name, c.Name, err)
 	}
+	// Plugins that asked for it (PreStartRequired) prepare the devices
+	// now, as the kubelet calls PreStartContainer while it builds the
+	// container's options: a failure fails the container's creation.
+	if err := m.PreStart(context.Background(), pod, c.Name); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	held := m.podDevs.containerDevices(pod.UID, c.Name)
+	if len(held) > 0 {
+		m.mayRun.Insert(pod.UID) // a container is about to use them
+	}
 	for _, name := range deviceRequests(c) {
 		if _, isDevicePlugin := m.devices[name]; isDevicePlugin && held[name] == nil {
 			return nil, fmt.Errorf("device manager: %s/%s container %q asks for %s but holds no devices (not admitted?): %w",
@@ -45,6 +51,7 @@ func (m *Manager) RunOptions(pod *v1.Pod, c *v1.Container) (*container.RunOption
 	envs := map[string]string{}
 	mounts := map[string]bool{}
 	devs := map[string]bool{}
+	cdi := map[string]bool{}
 	for _, name := range sortedKeys(held) {
 		resp := held[name].resp
 		if resp == nil {
@@ -79,22 +86,18 @@ func (m *Manager) RunOptions(pod *v1.Pod, c *v1.Container) (*container.RunOption
 				Permissions:   d.GetPermissions(),
 			})
 		}
-		if len(resp.GetAnnotations()) > 0 || len(resp.GetCdiDevices()) > 0 {
-			if opts.Annotations == nil {
-				opts.Annotations = map[string]string{}
-			}
+		if len(resp.GetAnnotations()) > 0 && opts.Annotations == nil {
+			opts.Annotations = map[string]string{}
 		}
 		for k, v := range resp.GetAnnotations() {
 			opts.Annotations[k] = v
 		}
-		var cdi []string
 		for _, d := range resp.GetCdiDevices() {
-			if d.GetName() != "" {
-				cdi = append(cdi, d.GetName())
+			if d.GetName() == "" || cdi[d.GetName()] {
+				continue
 			}
-		}
-		if len(cdi) > 0 {
-			opts.Annotations[cdiAnnotationKey(name)] = strings.Join(cdi, ",")
+			cdi[d.GetName()] = true
+			opts.CDIDevices = append(opts.CDIDevices, &runtimeapi.CDIDevice{Name: d.GetName()})
 		}
 	}
 	for _, k := range sortedKeys(envs) {
@@ -103,10 +106,4 @@ func (m *Manager) RunOptions(pod *v1.Pod, c *v1.Container) (*container.RunOption
 	sort.Slice(opts.Mounts, func(i, j int) bool { return opts.Mounts[i].ContainerPath < opts.Mounts[j].ContainerPath })
 	sort.Slice(opts.Devices, func(i, j int) bool { return opts.Devices[i].ContainerPath < opts.Devices[j].ContainerPath })
 	return opts, nil
-}
-
-// cdiAnnotationKey names the CDI annotation for one resource, e.g.
-// cdi.k8s.io/devicemanager_nvidia.com_gpu.
-func cdiAnnotationKey(resourceName string) string {
-	return CDIAnnotationPrefix + "devicemanager_" + strings.NewReplacer("/", "_").Replace(resourceName)
 }

@@ -214,6 +214,7 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 			cfg.Envs = append(cfg.Envs, opts.Envs...)
 			cfg.Mounts = append(cfg.Mounts, opts.Mounts...)
 			cfg.Devices = append(cfg.Devices, opts.Devices...)
+			cfg.CDIDevices = append(cfg.CDIDevices, opts.CDIDevices...)
 			for k, v := range opts.Annotations {
 				cfg.Annotations[k] = v
 			}

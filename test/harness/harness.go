@@ -86,7 +86,8 @@ type Agent struct {
 	CNIConfDir  string
 	NodeName    string
 	ExtraArgs   []string
-	Addr        string // https://host:port once started
+	PluginArgs  []string // extra flags for StartPlugin's example plugin
+	Addr        string   // https://host:port once started
 	// HTTP calls the agent's API as its local admin (client certificate
 	// and pinned serving certificate from RootDir/pki).
 	HTTP *http.Client
@@ -499,20 +500,58 @@ func PluginBinary(t testing.TB) string {
 
 // StartPlugin runs the example device plugin against the agent's plugin
 // dir, advertising the given device IDs for resource; it is stopped at
-// cleanup.
-func (a *Agent) StartPlugin(resource string, ids ...string) {
+// cleanup. Extra flags (e.g. --register-delay) go in PluginArgs.
+func (a *Agent) StartPlugin(resource string, ids ...string) *Plugin {
 	a.t.Helper()
-	cmd := exec.Command(PluginBinary(a.t), "--resource", resource, "--devices", strings.Join(ids, ","), "--plugin-dir", a.PluginDir)
-	cmd.Stdout, cmd.Stderr = &lockedWriter{a: a}, &lockedWriter{a: a}
+	p := &Plugin{a: a, args: append([]string{"--resource", resource, "--devices", strings.Join(ids, ","), "--plugin-dir", a.PluginDir}, a.PluginArgs...)}
+	p.start()
+	a.t.Cleanup(p.Stop)
+	return p
+}
+
+// Plugin is a running example device plugin.
+type Plugin struct {
+	a    *Agent
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *Plugin) start() {
+	cmd := exec.Command(PluginBinary(p.a.t), p.args...)
+	cmd.Stdout, cmd.Stderr = &lockedWriter{a: p.a}, &lockedWriter{a: p.a}
 	if err := cmd.Start(); err != nil {
-		a.t.Fatal(err)
+		p.a.t.Fatal(err)
 	}
-	done := make(chan struct{})
+	p.cmd, p.done = cmd, make(chan struct{})
+	done := p.done
 	go func() { _ = cmd.Wait(); close(done) }()
-	a.t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
+}
+
+// Stop kills the plugin. Idempotent.
+func (p *Plugin) Stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	p.cmd = nil
+}
+
+// Restart kills the plugin and starts it again with the same flags.
+func (p *Plugin) Restart() {
+	p.Stop()
+	p.start()
+}
+
+// Kill ends the agent with SIGKILL: nothing of its shutdown runs.
+func (a *Agent) Kill() {
+	if a.cmd == nil {
+		return
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.done
+	a.cmd = nil
 }
 
 // Node returns the agent's node object.

@@ -35,6 +35,9 @@ func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, conf
 	}
 	name := config.GetMetadata().GetName()
 	image := config.GetImage().GetImage()
+	if err := checkDevices(config, sb.Namespace, sb.Name, isHostImage(image)); err != nil {
+		return "", err
+	}
 	var proc spec.Process
 	var imageID, stopSignal string
 	id := newID()
