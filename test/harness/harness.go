@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +26,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/minilet/minilet/internal/cm"
+	"github.com/minilet/minilet/internal/cri/embedded"
 	"github.com/minilet/minilet/internal/cri/embedded/podnet/podnettest"
 	"github.com/minilet/minilet/internal/cri/remote"
 	"github.com/minilet/minilet/internal/pki"
@@ -127,6 +129,7 @@ func New(t testing.TB) *Agent {
 			t.Logf("agent log:\n%s", a.Logs())
 		}
 		a.killPods()
+		a.releaseNetworks()
 		// The test's cgroup root is gone: so is any use of its lock.
 		_ = os.Remove(cm.LockFile(cm.DefaultLockDir, a.CgroupRoot))
 		unmountUnder(base) // tmpfs of secret and projected volumes
@@ -294,6 +297,32 @@ func (a *Agent) killPods() {
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err == nil && bytes.Contains(cmdline, []byte(a.RootDir)) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// releaseNetworks detaches the pods the agent left behind from the CNI
+// network, as their deletion would have: killed processes release no IP,
+// and a host port's DNAT rule left behind would capture a later test's
+// listener on that port. It opens the agent's embedded runtime state
+// in-process and removes every sandbox (a no-op for containerd agents).
+func (a *Agent) releaseNetworks() {
+	if _, err := os.Stat(filepath.Join(a.RootDir, "runtime", "sandboxes")); err != nil {
+		return
+	}
+	rt, err := embedded.New(embedded.Config{RootDir: a.RootDir, CNIConfDir: a.CNIConfDir, CNIBinDirs: []string{podnettest.BinDir(a.t)},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		a.t.Logf("release the pods' networks: %v", err)
+		return
+	}
+	defer func() { _ = rt.Close(context.Background()) }()
+	ctx := context.Background()
+	sandboxes, _ := rt.ListPodSandbox(ctx, nil)
+	for _, sb := range sandboxes {
+		_ = rt.StopPodSandbox(ctx, sb.GetId())
+		if err := rt.RemovePodSandbox(ctx, sb.GetId()); err != nil {
+			a.t.Logf("release the network of pod %s/%s: %v", sb.GetMetadata().GetNamespace(), sb.GetMetadata().GetName(), err)
 		}
 	}
 }
