@@ -31,7 +31,7 @@ func newEvents(ctx context.Context, cfg *config.Config, reg prometheus.Registere
 	if err != nil {
 		return nil, fmt.Errorf("opening the event store under --root-dir %s: %w", cfg.RootDir, err)
 	}
-	b, err := events.NewBroadcaster(events.Config{Registerer: reg}, clk, log)
+	b, err := events.NewBroadcaster(eventsConfig(cfg, reg), clk, log)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -44,6 +44,14 @@ func newEvents(ctx context.Context, cfg *config.Config, reg prometheus.Registere
 		broadcaster: b,
 		store:       st,
 	}, nil
+}
+
+// eventsConfig is the broadcaster's configuration from the agent's.
+func eventsConfig(cfg *config.Config, reg prometheus.Registerer) events.Config {
+	return events.Config{
+		Correlator: events.CorrelatorConfig{SpamKeyPerReason: cfg.EventSpamKeyPerReason},
+		Registerer: reg,
+	}
 }
 
 // close flushes what is queued (for at most 5 s) and closes the store.

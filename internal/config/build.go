@@ -39,6 +39,7 @@ func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.
 		CNIConfDir:                  o.CNIConfDir,
 		CNIBinDirs:                  splitList(o.CNIBinDir),
 		CNICacheDir:                 o.CNICacheDir,
+		EventSpamKeyPerReason:       o.EventSpamKeyPerReason,
 		Kubeconfig:                  o.Kubeconfig,
 		ObjectManifestPath:          o.ObjectManifestPath,
 		BootstrapKubeconfig:         o.BootstrapKubeconfig,

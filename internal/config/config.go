@@ -125,7 +125,11 @@ type Config struct {
 	ContainerLogMaxFiles int   // default 5
 	EventRecordQPS       int   // default 50
 	EventBurst           int   // default 100
-	LogLevel             slog.Level
+	// EventSpamKeyPerReason gives each reason of an object its own spam
+	// budget (--event-spam-key-per-reason, minilet only); default false:
+	// keyed by source, object and type, as client-go's.
+	EventSpamKeyPerReason bool
+	LogLevel              slog.Level
 	// ContainerLogMonitorInterval is how often container logs are checked
 	// for rotation; default 10s, at least 3s.
 	ContainerLogMonitorInterval time.Duration

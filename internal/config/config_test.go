@@ -369,3 +369,20 @@ func TestKubeletFlagNamesAndDeprecatedAliases(t *testing.T) {
 		t.Errorf("--image-minimum-gc-age should be a hidden deprecated alias: %+v", f)
 	}
 }
+
+// The per-reason spam key is minilet's own opt-in: off unless
+// --event-spam-key-per-reason is given.
+func TestEventSpamKeyPerReason(t *testing.T) {
+	if c := mustLoad(t, ""); c.EventSpamKeyPerReason {
+		t.Error("EventSpamKeyPerReason is on by default; the default must key the spam filter as client-go's")
+	}
+	if c := mustLoad(t, "", "--"+FlagEventSpamKeyPerReason); !c.EventSpamKeyPerReason {
+		t.Error("--event-spam-key-per-reason was not taken")
+	}
+	if c := mustLoad(t, "", "--event-spam-key-per-reason=false"); c.EventSpamKeyPerReason {
+		t.Error("--event-spam-key-per-reason=false was not taken")
+	}
+	if NewOptions().EventSpamKeyPerReason {
+		t.Error("NewOptions defaults EventSpamKeyPerReason to true")
+	}
+}

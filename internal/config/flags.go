@@ -29,6 +29,9 @@ type Options struct {
 	CNIBinDir           string        // --cni-bin-dir, comma-separated
 	CNICacheDir         string        // --cni-cache-dir
 
+	// EventSpamKeyPerReason is --event-spam-key-per-reason (minilet only).
+	EventSpamKeyPerReason bool
+
 	// Flags backed by a KubeletConfiguration field (name in brackets).
 	PodManifestPath          string            // staticPodPath
 	ManifestURL              string            // staticPodURL
@@ -112,6 +115,10 @@ const (
 	FlagCNIConfDir               = "cni-conf-dir"
 	FlagCNIBinDir                = "cni-bin-dir"
 	FlagCNICacheDir              = "cni-cache-dir"
+
+	// FlagEventSpamKeyPerReason is minilet's own: the kubelet has no such
+	// setting (client-go keys its spam filter without the reason).
+	FlagEventSpamKeyPerReason = "event-spam-key-per-reason"
 )
 
 // Defaults of minilet-only settings and of those that differ from the kubelet.
@@ -183,6 +190,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.CNIConfDir, FlagCNIConfDir, DefaultCNIConfDir, "directory of CNI network configurations for pods off the host network (embedded runtime); the first one is used, and a default bridge network is written when there is none")
 	fs.StringVar(&o.CNIBinDir, FlagCNIBinDir, DefaultCNIBinDir, "comma-separated directories searched for CNI plugins (scripts/cni-plugins.sh builds the reference ones)")
 	fs.StringVar(&o.CNICacheDir, FlagCNICacheDir, "", "directory of CNI attachment records; default <root-dir>/cni/cache")
+	fs.BoolVar(&o.EventSpamKeyPerReason, FlagEventSpamKeyPerReason, false, "give every event reason of an object its own spam-filter budget (minilet only); by default the filter is keyed as client-go's, by source, object and type")
 	fs.IntVar(&o.Verbosity, FlagVerbosity, 0, "klog-style verbosity; 4 or more means --log-level=debug")
 }
 

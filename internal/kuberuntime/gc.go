@@ -72,6 +72,7 @@ func (m *Manager) GarbageCollect(ctx context.Context, keepPerContainer int, isPo
 			left[c.PodSandboxId]--
 			m.removeLog(c)
 			m.forgetTerminationMessage(c.Id)
+			m.forgetStateLost(c.Id)
 		}
 	}
 

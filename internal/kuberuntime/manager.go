@@ -120,6 +120,11 @@ type Config struct {
 	// (resolvConf); "" gives such pods no name servers.
 	ResolvConf string
 
+	// StateLostSince: an exited container marked ContainerStateLost gets
+	// its event only if it exited at or after this time (earlier runs
+	// reported theirs). Default: when this process started.
+	StateLostSince time.Time
+
 	// Optional hooks; nil means none.
 	PodCgroups       PodCgroups
 	ContainerOptions ContainerOptions
@@ -138,6 +143,9 @@ type Manager struct {
 
 	msgMu sync.Mutex
 	msgs  map[string]string // container ID → termination message of an exited container
+
+	lostMu   sync.Mutex
+	lostSeen map[string]bool // container IDs whose ContainerStateLost event was recorded
 }
 
 // The kubelet's image pull back-off (and the retry of a failed start):
@@ -161,6 +169,9 @@ func New(cfg Config) *Manager {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if cfg.StateLostSince.IsZero() {
+		cfg.StateLostSince = processStart
+	}
 	if cfg.Volumes == nil {
 		cfg.Volumes = noVolumes{}
 		if v, err := volumes.New(volumes.Config{PodsDir: cfg.PodsDir, Logger: cfg.Logger}); err == nil {
@@ -174,6 +185,7 @@ func New(cfg Config) *Manager {
 		imageBackoff: newPullBackoff(cfg.Clock),
 		pulls:        newPullLimiter(cfg.MaxParallelImagePulls),
 		msgs:         map[string]string{},
+		lostSeen:     map[string]bool{},
 		// HTTP hooks talk to the pod directly: no proxy, and like the
 		// kubelet they do not verify https certificates.
 		hookClient: &http.Client{Transport: &http.Transport{

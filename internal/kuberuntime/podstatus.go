@@ -17,7 +17,8 @@ import (
 )
 
 // GetPodStatus asks the runtime for every sandbox and container of the
-// pod with the given UID, newest first.
+// pod with the given UID, newest first. A container the runtime marks as
+// recovered from lost state gets its ContainerStateLost event here.
 func (m *Manager) GetPodStatus(ctx context.Context, uid types.UID, name, namespace string) (*container.PodStatus, error) {
 	sel := map[string]string{labelPodUID: string(uid)}
 	sbs, err := m.cfg.Runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: sel})
@@ -54,6 +55,7 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid types.UID, name, namespa
 		ps.Containers = append(ps.Containers, m.convertContainerStatus(resp.GetStatus(), c))
 	}
 	sortNewestFirst(ps.Sandboxes, ps.Containers)
+	m.reportStateLost(uid, name, namespace, ps)
 	return ps, nil
 }
 

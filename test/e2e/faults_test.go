@@ -113,6 +113,31 @@ func TestKilledMonitorNeverLeavesADuplicate(t *testing.T) {
 	if ps := markedProcs(marker); len(ps) != 1 || ps[0] == ctr {
 		t.Fatalf("processes %v, want one new copy (the original %d killed)", ps, ctr)
 	}
+	stateLostEvent(t, a, "mon", before.ContainerID, "monitor", "killed")
+}
+
+// stateLostEvent waits for the pod's one ContainerStateLost Warning event
+// about the container id, naming what was lost and what was done.
+func stateLostEvent(t *testing.T, a *harness.Agent, pod, id string, lost, done string) {
+	t.Helper()
+	id = id[strings.Index(id, "://")+3:]
+	a.Eventually("a ContainerStateLost event naming the "+lost+" and that the container was "+done, func() (bool, string) {
+		var got []string
+		n := 0
+		for _, e := range a.Events("default/" + a.Static(pod)) {
+			got = append(got, e.Type+" "+e.Reason+": "+e.Message)
+			if e.Reason == "ContainerStateLost" && strings.Contains(e.Message, id) {
+				if e.Type != v1.EventTypeWarning || !strings.Contains(e.Message, lost) || !strings.Contains(e.Message, done) {
+					t.Fatalf("state-lost event %s %q does not name what was lost (%s) and done (%s)", e.Type, e.Message, lost, done)
+				}
+				n += int(max(e.Count, 1))
+			}
+		}
+		if n > 1 {
+			t.Fatalf("%d ContainerStateLost events for one loss:\n%s", n, strings.Join(got, "\n"))
+		}
+		return n == 1, strings.Join(got, "\n")
+	})
 }
 
 func TestDeletedStateFilesNeverLeaveADuplicate(t *testing.T) {
@@ -136,6 +161,7 @@ func TestDeletedStateFilesNeverLeaveADuplicate(t *testing.T) {
 	if ps := markedProcs(marker); len(ps) != 1 || ps[0] != ctr {
 		t.Fatalf("processes %v, want the original %d alone", ps, ctr)
 	}
+	stateLostEvent(t, a, "state", before.ContainerID, "start record", "re-adopted")
 	// Its container record lost: the original is ended before a new copy
 	// runs.
 	a.Stop()

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minilet/minilet/internal/cri/embedded/monitorproc"
 )
 
 // StartContainer creates the container's cgroup, applies its limits and
@@ -101,7 +103,9 @@ func (r *Runtime) ListContainers(ctx context.Context, filter *runtimeapi.Contain
 }
 
 // ContainerStatus reports a container, including its exit code and reason
-// ("Completed", "Error", "OOMKilled", "StartError") once it has exited.
+// ("Completed", "Error", "OOMKilled", "StartError", "ContainerStateLost")
+// once it has exited; a running container re-adopted after its state was
+// lost also carries ContainerStateLost and a message.
 func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error) {
 	c, err := r.ctrs.Get(containerID)
 	if err != nil {
@@ -118,6 +122,9 @@ func (r *Runtime) ContainerStatus(ctx context.Context, containerID string, verbo
 	}
 	if c.Start != nil {
 		st.StartedAt = c.Start.StartedAt
+	}
+	if c.Exit == nil && c.StateLost != "" {
+		st.Reason, st.Message = monitorproc.ReasonStateLost, c.StateLost
 	}
 	if c.Exit != nil {
 		st.FinishedAt = c.Exit.FinishedAt

@@ -67,6 +67,11 @@ const (
 	ReasonError      = "Error"
 	ReasonOOMKilled  = "OOMKilled"
 	ReasonStartError = "StartError"
+	// ReasonStateLost marks a container whose monitor or state files were
+	// lost: exited (killed, or its exit unknown) or re-adopted while
+	// running. Its message names what was lost and what was done; the
+	// kubelet side turns it into a Warning event of the same reason.
+	ReasonStateLost = "ContainerStateLost"
 )
 
 // DefaultPath is the PATH containers on the host image get unless their

@@ -251,6 +251,9 @@ func runFault(t *testing.T, tc faultCase) {
 		if got.State() != Running || got.Start.Pid != c.Start.Pid {
 			t.Fatalf("container %v (pid %d), want re-adopted Running with pid %d", got.State(), got.Start.Pid, c.Start.Pid)
 		}
+		if !strings.Contains(got.StateLost, "re-adopted") {
+			t.Errorf("re-adopted container's StateLost = %q, want what was lost and done", got.StateLost)
+		}
 		if n := copies(t, marker); n != 1 {
 			t.Fatalf("%d copies of the container run, want the original alone", n)
 		}
@@ -269,6 +272,9 @@ func runFault(t *testing.T, tc faultCase) {
 		// original is gone: never two.
 		if n := copies(t, marker); n != 0 {
 			t.Fatalf("the container is reported exited while %d copies of it still run", n)
+		}
+		if got.Exit.Reason != monitorproc.ReasonStateLost {
+			t.Errorf("exit reason %q, want %q", got.Exit.Reason, monitorproc.ReasonStateLost)
 		}
 		if !strings.Contains(got.Exit.Message, tc.message) || !strings.Contains(got.Exit.Message, "killed") {
 			t.Errorf("exit message %q does not name what was lost (%s) and what was done", got.Exit.Message, tc.message)

@@ -94,6 +94,9 @@ type Container struct {
 	Start *monitorproc.StartRecord
 	// Exit is the final word on the container; nil before.
 	Exit *monitorproc.ExitRecord
+	// StateLost, set on a running container this run re-adopted after its
+	// state was lost, says what was lost and what was done; "" otherwise.
+	StateLost string
 }
 
 // State derives the state from the monitor's records.

@@ -22,7 +22,9 @@ import (
 // cgroup, which holds nothing else. What is found is re-adopted when its
 // monitor still runs, else killed; then the exit is recorded with a message
 // naming what was lost and what was done (the kubelet shows it as the
-// container's last state), and a warning is logged.
+// container's last state), and a warning is logged. Each such exit, and
+// each re-adoption, carries the reason ReasonStateLost, which the kubelet
+// side records as a Warning event.
 
 // stateLostTimeout bounds the wait for a killed container's processes to
 // be gone.
@@ -93,7 +95,7 @@ func (s *Supervisor) monitorLost(c *container) *monitorproc.ExitRecord {
 	if st.BootID != "" && st.BootID != monitorproc.BootID() {
 		msg := "the machine restarted while the container ran; its exit status is unknown"
 		s.log.Warn("container state lost", "container", c.rec.ID, "name", c.rec.Name, "lost", "monitor (reboot)", "action", "recorded the exit")
-		return &monitorproc.ExitRecord{ExitCode: 255, FinishedAt: now, Reason: monitorproc.ReasonError, Message: msg}
+		return &monitorproc.ExitRecord{ExitCode: 255, FinishedAt: now, Reason: monitorproc.ReasonStateLost, Message: msg}
 	}
 	var ctr monitorproc.ProcID
 	if s.containerRunning(&c.rec, st) {
@@ -104,13 +106,13 @@ func (s *Supervisor) monitorLost(c *container) *monitorproc.ExitRecord {
 			st.MonitorPid, st.Pid)
 		s.log.Warn("container state lost", "container", c.rec.ID, "name", c.rec.Name, "lost", "monitor", "monitorPid", st.MonitorPid,
 			"pid", st.Pid, "action", "killed the container")
-		return &monitorproc.ExitRecord{ExitCode: 137, FinishedAt: now, Reason: monitorproc.ReasonError, Message: msg}
+		return &monitorproc.ExitRecord{ExitCode: 137, FinishedAt: now, Reason: monitorproc.ReasonStateLost, Message: msg}
 	}
 	msg := fmt.Sprintf("the container's monitor (pid %d) ended without recording the container's exit status (its exit record is missing or unreadable); the container (pid %d) no longer runs, its exit code is unknown",
 		st.MonitorPid, st.Pid)
 	s.log.Warn("container state lost", "container", c.rec.ID, "name", c.rec.Name, "lost", "monitor or exit record", "monitorPid", st.MonitorPid,
 		"action", "recorded the exit as unknown")
-	return &monitorproc.ExitRecord{ExitCode: 255, FinishedAt: now, Reason: monitorproc.ReasonError, Message: msg}
+	return &monitorproc.ExitRecord{ExitCode: 255, FinishedAt: now, Reason: monitorproc.ReasonStateLost, Message: msg}
 }
 
 // recoverLost runs once at Open, after load: containers whose start record
@@ -163,6 +165,8 @@ func (s *Supervisor) recoverStart(c *container, m liveMonitor) {
 			s.log.Warn("cannot rewrite the start record", "container", c.rec.ID, "err", err)
 		}
 		c.start = st
+		c.stateLost = fmt.Sprintf("the container's start record was lost while its monitor (pid %d) still ran; the running container (pid %d) was re-adopted and its start record rebuilt",
+			m.monitor.Pid, m.container.Pid)
 		s.log.Warn("container state lost", "container", c.rec.ID, "name", c.rec.Name, "lost", "start record", "pid", st.Pid,
 			"action", "re-adopted the running container")
 		return
@@ -179,7 +183,7 @@ func (s *Supervisor) recoverStart(c *container, m liveMonitor) {
 		code = 137
 	}
 	c.start = &monitorproc.StartRecord{StartedAt: now}
-	c.exit = &monitorproc.ExitRecord{ExitCode: code, FinishedAt: now, Reason: monitorproc.ReasonError, Message: msg}
+	c.exit = &monitorproc.ExitRecord{ExitCode: code, FinishedAt: now, Reason: monitorproc.ReasonStateLost, Message: msg}
 	_ = statefile.Write(filepath.Join(c.dir, monitorproc.FileStart), c.start)
 	if err := statefile.Write(filepath.Join(c.dir, monitorproc.FileExit), c.exit); err != nil {
 		s.log.Warn("cannot record container exit", "container", c.rec.ID, "err", err)

@@ -85,10 +85,14 @@ type container struct {
 	// child is set when this agent process started the monitor (so its end
 	// is observed by waiting for it), monitorDone once it ended.
 	child, monitorDone bool
+	// stateLost says what was lost and done when this run re-adopted the
+	// running container after losing its state (kept in memory only: it
+	// is told once, by the run that found it).
+	stateLost string
 }
 
 func (c *container) snapshot() Container {
-	return Container{Record: c.rec, Start: c.start, Exit: c.exit}
+	return Container{Record: c.rec, Start: c.start, Exit: c.exit, StateLost: c.stateLost}
 }
 
 // Open loads the containers recorded in cfg.Dir (creating it), re-adopting
