@@ -47,7 +47,7 @@ package bench
 // beforehand, failCgroupV1 false (1.35+ refuses cgroup v1 otherwise),
 // failSwapOn false, anonymous authentication with AlwaysAllow,
 // readOnlyPort/port on free loopback ports, healthzPort 0,
-// podLogsDirectory in its directory, makeIPTablesUtilChains false (else
+// podLogsDir in its directory, makeIPTablesUtilChains false (else
 // it adds KUBE-FIREWALL to the host's INPUT/OUTPUT), image GC thresholds
 // 100/99 and tiny hard-eviction thresholds (nothing of the shared disk's
 // state can evict or delete anything), protectKernelDefaults true),
@@ -493,7 +493,7 @@ address: 127.0.0.1
 port: %[4]d
 readOnlyPort: %[5]d
 healthzPort: 0
-podLogsDirectory: %[1]s/logs
+podLogsDir: %[1]s/logs
 makeIPTablesUtilChains: false
 protectKernelDefaults: true
 imageGCHighThresholdPercent: 100
@@ -603,6 +603,11 @@ func startPeerKubelet(b *testing.B, bin, endpoint, cgroupRoot string) *peerKubel
 			b.Skipf("the kubelet's read-only port did not answer within %s:\n%s", harness.Deadline, logTail())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// A misspelt field is only a warning to the kubelet, and one of these
+	// would undo a guard of the host above.
+	if raw, _ := os.ReadFile(filepath.Join(dir, "kubelet.log")); strings.Contains(string(raw), "lenient decoding") {
+		b.Fatalf("the kubelet ignored fields of %s:\n%s", cfg, logTail())
 	}
 	kpid := cmd.Process.Pid // unshare and sh exec into the kubelet
 	k := &peerKubelet{
