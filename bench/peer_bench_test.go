@@ -27,7 +27,8 @@ package bench
 //     never fails);
 //   - probes: the rise of prober_probe_total{probe_type="Liveness"} in
 //     the agent's /metrics/probes;
-//   - cpu-ms/probe: the rise, over the window, of utime+stime+cutime+cstime
+//   - cpu-ms/probe (and agent-cpu-ms/probe, the agent's part, without
+//     containerd and its shims): the rise, over the window, of utime+stime+cutime+cstime
 //     (/proc/PID/stat) summed over the agent's processes, divided by probes.
 //     The processes are the agent and its descendants, plus for minilet-
 //     embedded its container monitors (and their descendants), plus for
@@ -93,11 +94,12 @@ const (
 
 // peerAgent is one agent under test, seen from outside.
 type peerAgent struct {
-	name        string
-	manifestDir string
-	nodeName    string
-	get         func(path string) (string, error) // GET on its API
-	procs       func() []int                      // the roots of the processes whose CPU counts
+	name         string
+	manifestDir  string
+	nodeName     string
+	get          func(path string) (string, error) // GET on its API
+	agentProcs   func() []int                      // the roots of the agent's processes
+	runtimeProcs func() []int                      // the roots of a separate runtime's (nil: none)
 }
 
 func BenchmarkPeerExecProbes(b *testing.B) {
@@ -133,8 +135,8 @@ func BenchmarkPeerExecProbes(b *testing.B) {
 			b.Skipf("cannot build the upstream kubelet: %v", err)
 		}
 		k := startPeerKubelet(b, set.Path(clusterbin.Kubelet), ep, cgroupRoot)
-		k.procs = func() []int { return append(k.procs0(), append([]int{cdPid}, peerShims(sock)...)...) }
-		peerRun(b, k.peerAgent, harness.BusyboxImage, window, load)
+		k.runtimeProcs = func() []int { return append([]int{cdPid}, peerShims(sock)...) }
+		peerRun(b, k, harness.BusyboxImage, window, load)
 	})
 }
 
@@ -146,17 +148,14 @@ func peerMinilet(a *harness.Agent, runtimeProcs func() []int) peerAgent {
 			err := a.Get(path, &s)
 			return s, err
 		},
-		procs: func() []int {
+		agentProcs: func() []int {
 			var out []int
 			if pid, ok := agentPid(a.RootDir); ok {
 				out = append(out, pid)
 			}
-			out = append(out, monitorPids(a.RootDir)...)
-			if runtimeProcs != nil {
-				out = append(out, runtimeProcs()...)
-			}
-			return out
+			return append(out, monitorPids(a.RootDir)...)
 		},
+		runtimeProcs: runtimeProcs,
 	}
 }
 
@@ -186,7 +185,8 @@ type peerSample struct {
 	at       time.Time
 	restarts int
 	probes   float64
-	cpu      uint64 // clock ticks
+	agentCPU uint64 // clock ticks
+	cpu      uint64 // clock ticks, the runtime's included
 }
 
 func peerRun(b *testing.B, ag peerAgent, image string, window time.Duration, load bool) {
@@ -226,16 +226,18 @@ func peerRun(b *testing.B, ag peerAgent, image string, window time.Duration, loa
 		s1 := peerLook(b, ag)
 		probes := s1.probes - s0.probes
 		cpuMs := float64(s1.cpu-s0.cpu) * 1000 / peerClockTicks
-		perProbe := 0.0
+		agentMs := float64(s1.agentCPU-s0.agentCPU) * 1000 / peerClockTicks
+		perProbe, agentPerProbe := 0.0, 0.0
 		if probes > 0 {
-			perProbe = cpuMs / probes
+			perProbe, agentPerProbe = cpuMs/probes, agentMs/probes
 		}
 		b.ReportMetric(float64(s1.restarts), phase+"-restarts")
 		b.ReportMetric(probes, phase+"-probes")
 		b.ReportMetric(perProbe, phase+"-cpu-ms/probe")
-		b.Logf("%s %s: %d restarts since start (%d in the window), %.0f probes in %s (%.1f/s for %d pods), %.0f ms CPU, %.2f ms CPU/probe",
+		b.ReportMetric(agentPerProbe, phase+"-agent-cpu-ms/probe")
+		b.Logf("%s %s: %d restarts since start (%d in the window), %.0f probes in %s (%.1f/s for %d pods), %.0f ms CPU (agent %.0f), %.2f ms CPU/probe (agent %.2f)",
 			b.Name(), phase, s1.restarts, s1.restarts-s0.restarts, probes, s1.at.Sub(s0.at).Round(time.Second),
-			probes/s1.at.Sub(s0.at).Seconds(), peerPods, cpuMs, perProbe)
+			probes/s1.at.Sub(s0.at).Seconds(), peerPods, cpuMs, agentMs, perProbe, agentPerProbe)
 	}
 	measure("quiet")
 	if load {
@@ -265,7 +267,11 @@ func peerPodList(ag peerAgent) ([]v1.Pod, error) {
 
 func peerLook(b *testing.B, ag peerAgent) peerSample {
 	b.Helper()
-	s := peerSample{at: time.Now(), cpu: peerTreeCPU(ag.procs())}
+	s := peerSample{at: time.Now(), agentCPU: peerTreeCPU(ag.agentProcs())}
+	s.cpu = s.agentCPU
+	if ag.runtimeProcs != nil {
+		s.cpu += peerTreeCPU(ag.runtimeProcs())
+	}
 	pods, err := peerPodList(ag)
 	if err != nil {
 		b.Fatal(err)
@@ -458,12 +464,6 @@ func peerContainerd(b *testing.B) (endpoint, sock string, pid int) {
 	return endpoint, strings.TrimPrefix(endpoint, "unix://"), pid
 }
 
-// peerKubelet is a running upstream kubelet.
-type peerKubelet struct {
-	peerAgent
-	procs0 func() []int
-}
-
 // peerKubeletSysctls are the kernel tunables the kubelet sets (or, with
 // protectKernelDefaults, requires) and their values.
 var peerKubeletSysctls = map[string]string{
@@ -502,7 +502,7 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.availab
 `, dir, endpoint, cgroupRoot, port, roPort)
 }
 
-func startPeerKubelet(b *testing.B, bin, endpoint, cgroupRoot string) *peerKubelet {
+func startPeerKubelet(b *testing.B, bin, endpoint, cgroupRoot string) peerAgent {
 	b.Helper()
 	dir, err := os.MkdirTemp("", "minilet-peer-kubelet")
 	if err != nil {
@@ -610,11 +610,8 @@ func startPeerKubelet(b *testing.B, bin, endpoint, cgroupRoot string) *peerKubel
 		b.Fatalf("the kubelet ignored fields of %s:\n%s", cfg, logTail())
 	}
 	kpid := cmd.Process.Pid // unshare and sh exec into the kubelet
-	k := &peerKubelet{
-		peerAgent: peerAgent{name: "kubelet", manifestDir: filepath.Join(dir, "manifests"), nodeName: nodeName, get: get},
-		procs0:    func() []int { return []int{kpid} },
-	}
-	return k
+	return peerAgent{name: "kubelet", manifestDir: filepath.Join(dir, "manifests"), nodeName: nodeName, get: get,
+		agentProcs: func() []int { return []int{kpid} }}
 }
 
 // peerRemoveCgroups removes cgroupRoot and everything below it in every
