@@ -19,6 +19,14 @@
 // stamps its modification time; the least recently used keys beyond
 // [KeepKeys], and any unused for [MaxAge], are removed.
 //
+// The upstream kubelet is built the same way but apart, on demand only
+// ([EnsureKubelet]): it is not one of [Commands], which is what the tests
+// and CI build. It lives in hack/cluster/kubelet, a module of its own (so
+// that its extra dependencies change neither hack/cluster's go.mod nor the
+// control plane's key), under keys named kubelet-<key> with their own lock
+// file, so that its several-minute build never holds up the control
+// plane's.
+//
 // This package needs only the standard library, so that the Makefile can
 // start the build (`go run ./internal/cluster/clusterbin/cmd/clusterbin`)
 // before anything else is compiled.
@@ -35,6 +43,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -57,6 +66,48 @@ const (
 
 // Commands lists every binary one build produces.
 var Commands = []string{Etcd, KubeAPIServer, ControllerManager, Scheduler, Kubectl}
+
+// Kubelet is the upstream kubelet, built only by [EnsureKubelet].
+const Kubelet = "kubelet"
+
+// A target is one set of binaries built by one `go build` in one module,
+// cached under its own keys.
+type target struct {
+	what     string // for messages
+	dir      func() string
+	commands []string // directories of main packages under dir
+	outputs  []string // the binaries one build leaves
+	schema   string   // first line of the key's inputs
+	prefix   string   // of its key directories' names
+	lock     string   // its lock file in the cache directory
+	skip     []string // subdirectories of dir that are not its input (nested modules)
+}
+
+var controlPlane = target{
+	what: "the cluster binaries", dir: ModuleDir, commands: Commands, outputs: Commands,
+	schema: "clusterbin/1", lock: "build.lock", skip: []string{Kubelet},
+}
+
+var kubeletTarget = target{
+	what: "the kubelet", dir: KubeletModuleDir, commands: []string{"."}, outputs: []string{Kubelet},
+	schema: "clusterbin-kubelet/1", prefix: "kubelet-", lock: "kubelet.lock",
+}
+
+// isKeyDir reports whether name is one of t's key directories.
+func (t target) isKeyDir(name string) bool {
+	rest, ok := strings.CutPrefix(name, t.prefix)
+	return ok && keyName.MatchString(rest)
+}
+
+// isTmpDir reports whether name is an interrupted build of t.
+func (t target) isTmpDir(name string) bool {
+	rest, ok := strings.CutPrefix(name, ".tmp-"+t.prefix)
+	if !ok {
+		return false
+	}
+	key, pid, ok := strings.Cut(rest, "-")
+	return ok && keyName.MatchString(key) && pid != "" && strings.Trim(pid, "0123456789") == ""
+}
 
 // buildFlags cut build time without changing what the programs do:
 // -s -w leave out the symbol table and DWARF (the linker's slowest part for
@@ -108,33 +159,51 @@ func ModuleDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "hack", "cluster")
 }
 
+// KubeletModuleDir is hack/cluster/kubelet, the kubelet's module.
+func KubeletModuleDir() string { return filepath.Join(ModuleDir(), Kubelet) }
+
 // BuildArgs is the `go` command line of the one build, writing into out.
-func BuildArgs(out string) []string {
+func BuildArgs(out string) []string { return controlPlane.buildArgs(out) }
+
+func (t target) buildArgs(out string) []string {
 	args := append([]string{"build"}, buildFlags...)
+	if len(t.commands) == 1 && t.commands[0] == "." {
+		// One main package at the module's root: -o names the file.
+		return append(args, "-o", filepath.Join(out, t.outputs[0]), ".")
+	}
 	args = append(args, "-o", out+string(filepath.Separator))
-	for _, c := range Commands {
+	for _, c := range t.commands {
 		args = append(args, "./"+c)
 	}
 	return args
 }
 
-var (
-	keyOnce sync.Once
-	keyVal  string
-	keyDesc string
-	keyErr  error
-)
+// onceKey computes a target's key once per process.
+type onceKey struct {
+	once        sync.Once
+	key, inputs string
+	err         error
+}
+
+func (o *onceKey) get(t target) (string, string, error) {
+	o.once.Do(func() { o.key, o.inputs, o.err = t.computeKey(t.dir()) })
+	return o.key, o.inputs, o.err
+}
+
+var controlPlaneKey, kubeletKey onceKey
 
 // Key returns the cache key of the current tree and toolchain, and a
 // description of what went into it. It is computed once per process.
-func Key() (key, inputs string, err error) {
-	keyOnce.Do(func() { keyVal, keyDesc, keyErr = computeKey(ModuleDir()) })
-	return keyVal, keyDesc, keyErr
-}
+func Key() (key, inputs string, err error) { return controlPlaneKey.get(controlPlane) }
 
-func computeKey(mod string) (string, string, error) {
+// KubeletKey is [Key] for the kubelet.
+func KubeletKey() (key, inputs string, err error) { return kubeletKey.get(kubeletTarget) }
+
+func computeKey(mod string) (string, string, error) { return controlPlane.computeKey(mod) }
+
+func (t target) computeKey(mod string) (string, string, error) {
 	var desc strings.Builder
-	fmt.Fprintf(&desc, "schema: clusterbin/1\ncommand: go %s\n", strings.Join(BuildArgs("OUT"), " "))
+	fmt.Fprintf(&desc, "schema: %s\ncommand: go %s\n", t.schema, strings.Join(t.buildArgs("OUT"), " "))
 	cmd := exec.Command("go", append([]string{"env"}, keyEnv...)...)
 	cmd.Dir = mod
 	out, err := cmd.Output()
@@ -153,8 +222,11 @@ func computeKey(mod string) (string, string, error) {
 		if err != nil {
 			return err
 		}
+		rel, _ := filepath.Rel(mod, path)
+		if d.IsDir() && slices.Contains(t.skip, filepath.ToSlash(rel)) {
+			return filepath.SkipDir
+		}
 		if d.Type().IsRegular() {
-			rel, _ := filepath.Rel(mod, path)
 			files = append(files, filepath.ToSlash(rel))
 		}
 		return nil
@@ -180,10 +252,20 @@ func computeKey(mod string) (string, string, error) {
 // that of parallel test processes only one builds and the others wait for
 // it and then use its result. logf reports progress (nil: quiet).
 func Ensure(logf func(format string, args ...any)) (Set, error) {
+	return controlPlane.ensure(Key, logf)
+}
+
+// EnsureKubelet is [Ensure] for the upstream kubelet (Set.Path([Kubelet])),
+// which only the side-by-side benchmark uses. A cold build takes minutes.
+func EnsureKubelet(logf func(format string, args ...any)) (Set, error) {
+	return kubeletTarget.ensure(KubeletKey, logf)
+}
+
+func (t target) ensure(keyf func() (string, string, error), logf func(format string, args ...any)) (Set, error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	key, inputs, err := Key()
+	key, inputs, err := keyf()
 	if err != nil {
 		return Set{}, err
 	}
@@ -191,21 +273,21 @@ func Ensure(logf func(format string, args ...any)) (Set, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return Set{}, err
 	}
-	unlock, err := lock(filepath.Join(root, "build.lock"))
+	unlock, err := lock(filepath.Join(root, t.lock))
 	if err != nil {
 		return Set{}, err
 	}
 	defer unlock()
 
-	set := Set{Dir: filepath.Join(root, key), Key: key}
-	if !complete(set) {
-		if err := build(root, set, inputs, logf); err != nil {
+	set := Set{Dir: filepath.Join(root, t.prefix+key), Key: key}
+	if !t.complete(set) {
+		if err := t.build(root, set, inputs, logf); err != nil {
 			return Set{}, err
 		}
 	}
 	now := time.Now()
 	_ = os.Chtimes(set.Dir, now, now) // the last use, for pruning
-	prune(root, key, now, logf)
+	t.prune(root, t.prefix+key, now, logf)
 	return set, nil
 }
 
@@ -231,8 +313,8 @@ func lock(path string) (unlock func(), err error) {
 }
 
 // complete reports whether every binary of set is there.
-func complete(set Set) bool {
-	for _, c := range Commands {
+func (t target) complete(set Set) bool {
+	for _, c := range t.outputs {
 		if st, err := os.Stat(set.Path(c)); err != nil || !st.Mode().IsRegular() {
 			return false
 		}
@@ -240,12 +322,12 @@ func complete(set Set) bool {
 	return true
 }
 
-func build(root string, set Set, inputs string, logf func(string, ...any)) error {
+func (t target) build(root string, set Set, inputs string, logf func(string, ...any)) error {
 	// A key directory that is incomplete was damaged by hand: start over.
 	if err := os.RemoveAll(set.Dir); err != nil {
 		return err
 	}
-	tmp := filepath.Join(root, fmt.Sprintf(".tmp-%s-%d", set.Key, os.Getpid()))
+	tmp := filepath.Join(root, fmt.Sprintf(".tmp-%s%s-%d", t.prefix, set.Key, os.Getpid()))
 	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
@@ -253,13 +335,13 @@ func build(root string, set Set, inputs string, logf func(string, ...any)) error
 		return err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	args := BuildArgs(tmp)
-	logf("building %s (key %s) in %s: go %s", strings.Join(Commands, ", "), set.Key, ModuleDir(), strings.Join(args, " "))
+	args := t.buildArgs(tmp)
+	logf("building %s (key %s) in %s: go %s", strings.Join(t.outputs, ", "), set.Key, t.dir(), strings.Join(args, " "))
 	start := time.Now()
 	cmd := exec.Command("go", args...)
-	cmd.Dir = ModuleDir()
+	cmd.Dir = t.dir()
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the cluster binaries: %w\n%s", err, out)
+		return fmt.Errorf("building %s: %w\n%s", t.what, err, out)
 	}
 	took := time.Since(start).Round(time.Second)
 	if err := os.WriteFile(filepath.Join(tmp, "inputs.txt"), []byte(inputs+fmt.Sprintf("built: %s in %s\n", time.Now().UTC().Format(time.RFC3339), took)), 0o644); err != nil {
@@ -268,7 +350,7 @@ func build(root string, set Set, inputs string, logf func(string, ...any)) error
 	if err := os.Rename(tmp, set.Dir); err != nil {
 		return err
 	}
-	logf("built the cluster binaries in %s", took)
+	logf("built %s in %s", t.what, took)
 	return nil
 }
 
@@ -279,6 +361,10 @@ var keyName = regexp.MustCompile(`^[0-9a-f]{16}$`)
 // bin/ directory of the old mtime-keyed layout once it is as stale. It only
 // touches names it made, in case the cache directory is shared.
 func prune(root, current string, now time.Time, logf func(string, ...any)) {
+	controlPlane.prune(root, current, now, logf)
+}
+
+func (t target) prune(root, current string, now time.Time, logf func(string, ...any)) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return
@@ -293,13 +379,13 @@ func prune(root, current string, now time.Time, logf func(string, ...any)) {
 		if !e.IsDir() || name == current {
 			continue
 		}
-		if strings.HasPrefix(name, ".tmp-") {
-			// We hold the lock: no build is in progress.
+		if t.isTmpDir(name) {
+			// We hold the lock: no build of t is in progress.
 			_ = os.RemoveAll(filepath.Join(root, name))
 			continue
 		}
-		legacy := name == "bin" && fileExists(filepath.Join(root, name, KubeAPIServer))
-		if !keyName.MatchString(name) && !legacy {
+		legacy := t.prefix == "" && name == "bin" && fileExists(filepath.Join(root, name, KubeAPIServer))
+		if !t.isKeyDir(name) && !legacy {
 			continue
 		}
 		info, err := e.Info()
@@ -313,7 +399,7 @@ func prune(root, current string, now time.Time, logf func(string, ...any)) {
 		if i+1 < KeepKeys && now.Sub(k.at) < MaxAge {
 			continue
 		}
-		logf("pruning cluster binaries %s (last used %s)", k.name, k.at.Format(time.RFC3339))
+		logf("pruning %s %s (last used %s)", t.what, k.name, k.at.Format(time.RFC3339))
 		_ = os.RemoveAll(filepath.Join(root, k.name))
 	}
 }

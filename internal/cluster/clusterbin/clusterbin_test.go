@@ -98,3 +98,77 @@ func TestPrune(t *testing.T) {
 		t.Errorf("after prune: %s, want %s", got, want)
 	}
 }
+
+// TestKubeletIsApart: the kubelet's module is no input of the control
+// plane's key (adding or changing it rebuilds nothing the tests use), the
+// tests' build does not name it, and its own key follows its sources.
+func TestKubeletIsApart(t *testing.T) {
+	mod := t.TempDir()
+	writeFile(t, filepath.Join(mod, "go.mod"), "module x\n")
+	writeFile(t, filepath.Join(mod, "etcd", "main.go"), "package main\n")
+	k1, _, err := computeKey(mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(mod, Kubelet, "go.mod"), "module x/kubelet\n")
+	writeFile(t, filepath.Join(mod, Kubelet, "main.go"), "package main\n")
+	k2, desc, err := computeKey(mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k2 != k1 || strings.Contains(desc, Kubelet) {
+		t.Errorf("the control plane's key changed with the kubelet's module (%s → %s):\n%s", k1, k2, desc)
+	}
+	if strings.Contains(strings.Join(BuildArgs("OUT"), " "), Kubelet) {
+		t.Errorf("the tests' build names the kubelet: %v", BuildArgs("OUT"))
+	}
+
+	kmod := filepath.Join(mod, Kubelet)
+	kk1, kdesc, err := kubeletTarget.computeKey(kmod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(kdesc, "command: go build -ldflags=-s -w -o OUT/kubelet .") || !strings.Contains(kdesc, "file main.go ") {
+		t.Errorf("kubelet key inputs:\n%s", kdesc)
+	}
+	writeFile(t, filepath.Join(kmod, "main.go"), "package main // changed\n")
+	if kk2, _, _ := kubeletTarget.computeKey(kmod); kk2 == kk1 {
+		t.Error("the kubelet's key did not change with its source")
+	}
+}
+
+// TestPruneKeepsToItsOwn: pruning the control plane's keys leaves the
+// kubelet's (and its build in progress) alone, and the other way round.
+func TestPruneKeepsToItsOwn(t *testing.T) {
+	root := t.TempDir()
+	now := time.Now()
+	old := now.Add(-2 * MaxAge)
+	for _, name := range []string{"000000000000000a", "000000000000000b", "kubelet-000000000000000c",
+		"kubelet-000000000000000d", ".tmp-kubelet-000000000000000e-42", ".tmp-000000000000000f-43"} {
+		if err := os.MkdirAll(filepath.Join(root, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(filepath.Join(root, name), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := func() string {
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return strings.Join(names, " ")
+	}
+	prune(root, "000000000000000a", now, t.Logf)
+	if got, want := left(), ".tmp-kubelet-000000000000000e-42 000000000000000a kubelet-000000000000000c kubelet-000000000000000d"; got != want {
+		t.Errorf("after pruning the control plane: %s, want %s", got, want)
+	}
+	kubeletTarget.prune(root, "kubelet-000000000000000c", now, t.Logf)
+	if got, want := left(), "000000000000000a kubelet-000000000000000c"; got != want {
+		t.Errorf("after pruning the kubelet: %s, want %s", got, want)
+	}
+}

@@ -61,3 +61,33 @@ func compiledModules(t *testing.T, dir string, patterns ...string) map[string]st
 	}
 	return mods
 }
+
+// TestKubeletHasTheControlPlanesVersions: the on-demand kubelet
+// (hack/cluster/kubelet, a module of its own) compiles every module it
+// shares with the control plane at the control plane's version, so that
+// it is the kubelet of the cluster the tests run (k8s.io/kubernetes
+// included) and its build reuses the control plane's compiled packages.
+func TestKubeletHasTheControlPlanesVersions(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	var cmds []string
+	for _, c := range Commands {
+		cmds = append(cmds, "./"+c)
+	}
+	cluster := compiledModules(t, ModuleDir(), cmds...)
+	kubelet := compiledModules(t, KubeletModuleDir(), ".")
+	if kubelet["k8s.io/kubernetes"] == "" || kubelet["k8s.io/kubernetes"] != cluster["k8s.io/kubernetes"] {
+		t.Errorf("k8s.io/kubernetes: kubelet %q, control plane %q", kubelet["k8s.io/kubernetes"], cluster["k8s.io/kubernetes"])
+	}
+	var differ []string
+	for mod, v := range kubelet {
+		if cv, ok := cluster[mod]; ok && cv != v {
+			differ = append(differ, mod+": hack/cluster/kubelet "+v+", hack/cluster "+cv)
+		}
+	}
+	sort.Strings(differ)
+	if len(differ) > 0 {
+		t.Errorf("modules at different versions in the kubelet's module; align them:\n%s", strings.Join(differ, "\n"))
+	}
+}

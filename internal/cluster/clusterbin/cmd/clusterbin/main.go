@@ -15,18 +15,23 @@ import (
 
 func main() {
 	keyOnly := flag.Bool("key", false, "print the cache key and what went into it, and build nothing")
+	kubelet := flag.Bool("kubelet", false, "the upstream kubelet instead of the control plane (for the side-by-side benchmark only; not part of the tests)")
 	flag.Parse()
+	keyf, ensure := clusterbin.Key, clusterbin.Ensure
+	if *kubelet {
+		keyf, ensure = clusterbin.KubeletKey, clusterbin.EnsureKubelet
+	}
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("clusterbin: ")
 	if *keyOnly {
-		key, inputs, err := clusterbin.Key()
+		key, inputs, err := keyf()
 		if err != nil {
 			log.Fatal(err)
 		}
 		fmt.Printf("key: %s\n%s", key, inputs)
 		return
 	}
-	set, err := clusterbin.Ensure(log.Printf)
+	set, err := ensure(log.Printf)
 	if err != nil {
 		log.Print(err)
 		os.Exit(1)
