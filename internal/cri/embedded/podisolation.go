@@ -64,30 +64,38 @@ func (r *Runtime) setUpPod(ctx context.Context, rec *sandbox.Record, kinds []pod
 	if err != nil {
 		return fmt.Errorf("create the pod's namespaces: %w", err)
 	}
+	undo := func() {
+		r.stopPause(rec)
+		_ = podns.Remove(r.nsDir(rec.ID))
+	}
 	rec.Namespaces = map[string]string{}
 	for k, p := range paths {
 		rec.Namespaces[string(k)] = p
 	}
 	if pid == runtimeapi.NamespaceMode_POD {
 		if err := r.startPause(rec); err != nil {
-			_ = podns.Remove(r.nsDir(rec.ID))
+			undo()
 			return err
 		}
 	}
-	if netns := paths[podns.Net]; netns != "" {
-		if r.net == nil {
-			_ = podns.Remove(r.nsDir(rec.ID))
-			return errors.New("pod networking is not configured (no --cni-conf-dir); only hostNetwork pods can run")
-		}
-		// Recorded before ADD: a crash during it leaves a sandbox whose
-		// removal deletes what ADD made.
-		if err := r.sandboxes.Update(rec.ID, func(s *sandbox.Record) { s.Namespaces = rec.Namespaces }); err != nil {
-			_ = podns.Remove(r.nsDir(rec.ID))
-			return err
-		}
-		att, err := r.net.Attach(ctx, podNet(rec, netns))
+	netns := paths[podns.Net]
+	if netns != "" && r.net == nil {
+		undo()
+		return errors.New("pod networking is not configured (no --cni-conf-dir); only hostNetwork pods can run")
+	}
+	// Recorded before ADD: a crash during it leaves a sandbox whose
+	// removal ends the pause and deletes what ADD made.
+	if err := r.sandboxes.Update(rec.ID, func(s *sandbox.Record) {
+		s.Namespaces, s.PausePID, s.PauseStart, s.Attached = rec.Namespaces, rec.PausePID, rec.PauseStart, netns != ""
+	}); err != nil {
+		undo()
+		return err
+	}
+	if netns != "" {
+		rec.Attached = true
+		att, err := r.net.Attach(ctx, podNet(rec, netns)) // deletes what it added on failure
 		if err != nil {
-			_ = podns.Remove(r.nsDir(rec.ID))
+			undo()
 			return err
 		}
 		rec.Network, rec.IPs, rec.IP = att.Network, att.IPs, att.IPs[0]
@@ -154,7 +162,7 @@ func (r *Runtime) tearDownPod(ctx context.Context, id string) error {
 	if err != nil {
 		return nil
 	}
-	if rec.Network != "" && r.net != nil {
+	if rec.Attached && r.net != nil {
 		netns := rec.Namespaces[string(podns.Net)]
 		if !podns.Alive(netns) {
 			netns = "" // plugins still release what lies outside it
@@ -162,7 +170,7 @@ func (r *Runtime) tearDownPod(ctx context.Context, id string) error {
 		if err := r.net.Detach(ctx, podNet(&rec, netns), rec.Network); err != nil {
 			return fmt.Errorf("detach pod %s/%s from its network: %w", rec.Namespace, rec.Name, err)
 		}
-		if err := r.sandboxes.Update(id, func(s *sandbox.Record) { s.Network = "" }); err != nil {
+		if err := r.sandboxes.Update(id, func(s *sandbox.Record) { s.Attached, s.Network = false, "" }); err != nil {
 			return err
 		}
 	}

@@ -43,7 +43,12 @@ type Record struct {
 	// process holding a shared PID namespace; 0 when there is none.
 	PausePID   int    `json:"pausePID,omitempty"`
 	PauseStart uint64 `json:"pauseStart,omitempty"`
-	// Network is the CNI network the pod is attached to, until detached.
+	// Attached: the pod may hold CNI state (IP, veth, rules). Set before
+	// ADD, so that a crash during it still leads to a DEL; cleared after
+	// DEL.
+	Attached bool `json:"attached,omitempty"`
+	// Network is the CNI network the pod is attached to, until detached
+	// ("" while an ADD is under way: DEL then uses today's network).
 	Network string `json:"network,omitempty"`
 	// ResolvConf is the pod's resolv.conf, from its DNS config; "" keeps
 	// the host's.

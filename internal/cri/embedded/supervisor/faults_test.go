@@ -306,10 +306,20 @@ func TestStopLeavesAReusedPidAlone(t *testing.T) {
 	_ = syscall.Kill(c.Start.MonitorPid, syscall.SIGKILL)
 	_ = cg.Kill(cgroups.Name{parent[1:], rec.ID})
 	eventually(t, "the container to end", func() bool { return !c.Start.Container().Alive() })
-	// ...and its PID now names an unrelated process.
-	victim := exec.Command("sleep", "600")
-	if err := victim.Start(); err != nil {
-		t.Fatal(err)
+	// ...and its PID now names an unrelated process, one started at
+	// another clock tick (start times have a 10 ms resolution: a real PID
+	// reuse, which needs the PID space to wrap, is always later than that).
+	var victim *exec.Cmd
+	for {
+		victim = exec.Command("sleep", "600")
+		if err := victim.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if ticks, _ := monitorproc.ProcStartTicks(victim.Process.Pid); ticks != c.Start.Ticks {
+			break
+		}
+		_ = victim.Process.Kill()
+		_ = victim.Wait()
 	}
 	t.Cleanup(func() { _ = victim.Process.Kill(); _ = victim.Wait() })
 	st := *c.Start
