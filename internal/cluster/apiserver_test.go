@@ -100,9 +100,8 @@ func testPod(ns, name, node string) *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1.PodSpec{
-			NodeName:                     node,
-			AutomountServiceAccountToken: ptr.To(false),
-			Containers:                   []v1.Container{{Name: "c", Image: "host", Command: []string{"sleep", "1000"}}},
+			NodeName:   node,
+			Containers: []v1.Container{{Name: "c", Image: "host", Command: []string{"sleep", "1000"}}},
 		},
 	}
 }
