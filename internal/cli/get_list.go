@@ -15,23 +15,32 @@ import (
 	"github.com/minilet/minilet/internal/errdefs"
 )
 
+// listing checks a list command's flags and returns its client, label
+// selector and namespace ("" for all).
+func (e *env) listing(cmd *cobra.Command, f *getFlags) (*client, labels.Selector, string, error) {
+	if err := checkOutput(f.output, "wide", "name"); err != nil {
+		return nil, nil, "", err
+	}
+	sel, err := f.labelSelector()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	c, err := e.client(cmd)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	return c, sel, f.ns(), nil
+}
+
 // getPods is `get pods [NAME...]`: one name prints one object (for -o
 // json|yaml, the Pod itself, not a list), several names or none a list.
 // Names not found are reported after what was found, and make the
 // command fail, as kubectl does.
 func (e *env) getPods(cmd *cobra.Command, f *getFlags, names []string) error {
-	if err := checkOutput(f.output, "wide", "name"); err != nil {
-		return err
-	}
-	sel, err := f.labelSelector()
+	c, sel, ns, err := e.listing(cmd, f)
 	if err != nil {
 		return err
 	}
-	c, err := e.client(cmd)
-	if err != nil {
-		return err
-	}
-	ns := f.ns()
 	list := func(ctx context.Context) ([]v1.Pod, error) {
 		var l v1.PodList
 		if err := c.getJSON(ctx, "/pods", &l); err != nil {
@@ -129,18 +138,10 @@ func podWatchState(p *v1.Pod) (id, state string) {
 
 // getEvents is `get events`.
 func (e *env) getEvents(cmd *cobra.Command, f *getFlags) error {
-	if err := checkOutput(f.output, "wide", "name"); err != nil {
-		return err
-	}
-	sel, err := f.labelSelector()
+	c, sel, ns, err := e.listing(cmd, f)
 	if err != nil {
 		return err
 	}
-	c, err := e.client(cmd)
-	if err != nil {
-		return err
-	}
-	ns := f.ns()
 	list := func(ctx context.Context) ([]v1.Event, error) {
 		var l v1.EventList
 		if err := c.getJSON(ctx, "/events", &l); err != nil {
