@@ -84,12 +84,15 @@ func (r *Runtime) setUpPod(ctx context.Context, rec *sandbox.Record, kinds []pod
 		return errors.New("pod networking is not configured (no --cni-conf-dir); only hostNetwork pods can run")
 	}
 	// Recorded before ADD: a crash during it leaves a sandbox whose
-	// removal ends the pause and deletes what ADD made.
-	if err := r.sandboxes.Update(rec.ID, func(s *sandbox.Record) {
-		s.Namespaces, s.PausePID, s.PauseStart, s.Attached = rec.Namespaces, rec.PausePID, rec.PauseStart, netns != ""
-	}); err != nil {
-		undo()
-		return err
+	// removal ends the pause and deletes what ADD made. (A pod on the
+	// host's namespaces has nothing to record yet: no extra write.)
+	if netns != "" || rec.PausePID != 0 {
+		if err := r.sandboxes.Update(rec.ID, func(s *sandbox.Record) {
+			s.Namespaces, s.PausePID, s.PauseStart, s.Attached = rec.Namespaces, rec.PausePID, rec.PauseStart, netns != ""
+		}); err != nil {
+			undo()
+			return err
+		}
 	}
 	if netns != "" {
 		rec.Attached = true
