@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/minilet/minilet/test/harness"
 )
 
 // TestStatusHoldsAcrossAgentRestarts restarts the agent under a running pod
@@ -28,24 +26,18 @@ func TestStatusHoldsAcrossAgentRestarts(t *testing.T) {
 	if os.Getenv("MINILET_E2E_RESTART_LOAD") != "" {
 		loadMachine(t, 2*runtime.NumCPU())
 	}
-	a := harness.New(t)
-	a.Start()
-	a.WriteManifest("web.yaml", `
-apiVersion: v1
-kind: Pod
-metadata: {name: web}
-spec:
-  containers:
-  - name: main
-    image: host
-    command: ["sleep", "1000"]
-    startupProbe:
-      exec: {command: ["true"]}
-      periodSeconds: 1
-    readinessProbe:
-      exec: {command: ["true"]}
-      periodSeconds: 5
-`)
+	for _, rt := range podRuntimes() {
+		t.Run(rt.name, func(t *testing.T) { restartUnderPod(t, rt, restarts) })
+	}
+}
+
+// restartUnderPod restarts the agent n times under a probed pod on rt and
+// checks the first /pods after each restart.
+func restartUnderPod(t *testing.T, rt podRuntime, restarts int) {
+	a := rt.start(t)
+	a.WriteManifest("web.yaml", rt.manifest("web", "", `command: ["sleep", "1000"],
+    startupProbe: {exec: {command: ["true"]}, periodSeconds: 1},
+    readinessProbe: {exec: {command: ["true"]}, periodSeconds: 5}`))
 	name := a.Static("web")
 	var before v1.Pod
 	a.Eventually("web runs and is ready", func() (bool, string) {

@@ -6,36 +6,11 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/minilet/minilet/test/harness"
 )
-
-// terminationRuntime is one runtime the termination tests run on: the
-// embedded one with host-image containers, and containerd with busybox
-// (when MINILET_CONTAINERD_ENDPOINT is set).
-type terminationRuntime struct {
-	name  string
-	image string // the image and its pull policy, as container fields
-	start func(t *testing.T) *harness.Agent
-}
-
-func terminationRuntimes() []terminationRuntime {
-	return []terminationRuntime{
-		{"embedded", "image: host", func(t *testing.T) *harness.Agent {
-			requireRoot(t)
-			a := harness.New(t)
-			a.Start()
-			return a
-		}},
-		{"containerd", "image: " + harness.BusyboxImage + ", imagePullPolicy: IfNotPresent", func(t *testing.T) *harness.Agent {
-			return containerdAgent(t)
-		}},
-	}
-}
 
 // manifest is a pod of one container, main, on the runtime's image: spec
 // adds pod fields, container the container's.
-func (rt terminationRuntime) manifest(name, spec, container string) string {
+func (rt podRuntime) manifest(name, spec, container string) string {
 	return fmt.Sprintf(`
 apiVersion: v1
 kind: Pod
@@ -52,7 +27,7 @@ spec:
 // FallbackToLogsOnError a failed container that wrote none gets the end of
 // its log instead.
 func TestTerminationMessage(t *testing.T) {
-	for _, rt := range terminationRuntimes() {
+	for _, rt := range podRuntimes() {
 		t.Run(rt.name, func(t *testing.T) {
 			a := rt.start(t)
 			a.WriteManifest("bye.yaml", rt.manifest("tm-bye-"+rt.name, "",
@@ -87,7 +62,7 @@ func TestTerminationMessage(t *testing.T) {
 // have passed is stopped and ends Failed with reason DeadlineExceeded and
 // a DeadlineExceeded event.
 func TestActiveDeadline(t *testing.T) {
-	for _, rt := range terminationRuntimes() {
+	for _, rt := range podRuntimes() {
 		t.Run(rt.name, func(t *testing.T) {
 			a := rt.start(t)
 			a.WriteManifest("deadline.yaml", rt.manifest("deadline-"+rt.name,
