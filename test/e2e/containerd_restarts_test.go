@@ -224,6 +224,18 @@ func TestContainerdRestartStormLeavesNoOrphanShim(t *testing.T) {
 	if shimtest.Alive(planted.PID, planted.ID) {
 		t.Errorf("the planted orphaned shim %s (pid %d) still runs", planted.ID, planted.PID)
 	}
+	a.Eventually("a node event naming the planted shim the agent ended", func() (bool, string) {
+		var seen []string
+		for _, e := range a.Events("") {
+			if e.Reason == remote.ReasonOrphanedShimKilled {
+				if strings.Contains(e.Message, planted.ID) {
+					return true, ""
+				}
+				seen = append(seen, e.Message)
+			}
+		}
+		return false, fmt.Sprintf("%s events: %q", remote.ReasonOrphanedShimKilled, seen)
+	})
 	if !shimtest.Alive(foreign.PID, foreign.ID) {
 		t.Errorf("the agent ended shim %s (pid %d) of another containerd", foreign.ID, foreign.PID)
 	}
