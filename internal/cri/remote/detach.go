@@ -86,11 +86,16 @@ func (f *inflight) drain(ctx context.Context) bool {
 
 // detached runs call for method on a context detached from ctx's
 // cancellation and bounded by timeout. It returns call's result, or ctx's
-// error as soon as ctx ends (the call then finishes on its own).
+// error as soon as ctx ends (the call then finishes on its own). A call
+// whose ctx has already ended is not made.
 func detached[T any](r *Runtime, ctx context.Context, method string, timeout time.Duration, call func(context.Context) (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error
+	}
+	if err := ctx.Err(); err != nil {
+		var zero T // not begun: nothing half-made
+		return zero, fmt.Errorf("%s: %w", method, err)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	tracked := r.inflight.begin(method)

@@ -115,3 +115,22 @@ func TestNewRejectsNegativeDrainTimeout(t *testing.T) {
 		t.Fatalf("New with DrainTimeout -1s: %v, want ErrInvalidArgument", err)
 	}
 }
+
+func TestNoRunPodSandboxAfterItsCallersContextEnded(t *testing.T) {
+	s, endpoint := newSlowSandbox(t)
+	rt, err := remote.New(context.Background(), remote.Config{Endpoint: endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rt.Close(context.Background()) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := rt.RunPodSandbox(ctx, &runtimeapi.PodSandboxConfig{}, ""); !errors.Is(err, context.Canceled) {
+		t.Errorf("RunPodSandbox with an ended context: %v, want context.Canceled", err)
+	}
+	select {
+	case <-s.started:
+		t.Error("the runtime was asked to run a sandbox by a caller already gone")
+	default:
+	}
+}
