@@ -99,6 +99,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	defer closeRuntime()
 	runtimeVersion := runtimeVersion(ctx, cri)
+	if err := reapOrphanShims(bg, cfg, cri, recorder, nodeRef, reg, log); err != nil {
+		return err
+	}
 
 	// What the agent knows of pods, with the statuses the last run saved.
 	statuses := store.OpenPodStatuses(filepath.Join(cfg.RootDir, "pods"), log)

@@ -10,10 +10,14 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	utilexec "k8s.io/utils/exec"
 
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/cri/embedded"
 	"github.com/minilet/minilet/internal/cri/remote"
+	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/images"
 	"github.com/minilet/minilet/internal/kuberuntime"
 	"github.com/minilet/minilet/internal/prober/probe/exec"
@@ -67,6 +71,36 @@ func newRemoteRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger)
 		return nil, nil, fmt.Errorf("--container-runtime-endpoint: %w", err)
 	}
 	return rt, func() { _ = rt.Close(context.Background()) }, nil
+}
+
+// reapOrphanShims ends, at start and then every minute, the containerd
+// shims that serve no sandbox or container the runtime lists: what an
+// agent killed in the middle of RunPodSandbox can leave behind. Only for
+// a CRI endpoint, and only that containerd's shims.
+func reapOrphanShims(bg *background, cfg *config.Config, cri criRuntime, recorder events.Recorder, node *v1.Node,
+	reg prometheus.Registerer, log *slog.Logger) error {
+	if cfg.ContainerRuntimeEndpoint == "" {
+		return nil
+	}
+	r, err := remote.NewShimReaper(remote.ShimReaperConfig{
+		Endpoint: cfg.ContainerRuntimeEndpoint, Runtime: cri,
+		Registerer: reg, Events: nodeEvents{recorder, node}, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	bg.run(r.Run)
+	return nil
+}
+
+// nodeEvents records events about the node.
+type nodeEvents struct {
+	recorder events.Recorder
+	node     *v1.Node
+}
+
+func (e nodeEvents) NodeEventf(eventtype, reason, messageFmt string, args ...any) {
+	e.recorder.Eventf(e.node, eventtype, reason, messageFmt, args...)
 }
 
 // runtimeName is the Type of container IDs in pod status.

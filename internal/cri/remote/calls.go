@@ -13,6 +13,8 @@ import (
 
 // The calls minilet makes, with errors classified. Calls not listed here
 // go straight to the cri-client (errors unclassified, gRPC status kept).
+// Those that change what runs are detached from their caller's
+// cancellation (detach.go).
 
 // Version returns the runtime's name and versions.
 func (r *Runtime) Version(ctx context.Context, apiVersion string) (*runtimeapi.VersionResponse, error) {
@@ -35,18 +37,25 @@ func (r *Runtime) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandb
 		config = proto.Clone(config).(*runtimeapi.PodSandboxConfig)
 		config.Hostname = ""
 	}
-	id, err := r.RuntimeService.RunPodSandbox(ctx, config, runtimeHandler)
+	// As the cri-client bounds it: twice the request timeout.
+	id, err := detached(r, ctx, "RunPodSandbox", 2*r.timeout, func(ctx context.Context) (string, error) {
+		return r.RuntimeService.RunPodSandbox(ctx, config, runtimeHandler)
+	})
 	return id, classify(err)
 }
 
 // StopPodSandbox stops a sandbox and everything in it.
 func (r *Runtime) StopPodSandbox(ctx context.Context, podSandboxID string) error {
-	return classify(r.RuntimeService.StopPodSandbox(ctx, podSandboxID))
+	return classify(detachedErr(r, ctx, "StopPodSandbox", r.timeout, func(ctx context.Context) error {
+		return r.RuntimeService.StopPodSandbox(ctx, podSandboxID)
+	}))
 }
 
 // RemovePodSandbox removes a sandbox and its containers.
 func (r *Runtime) RemovePodSandbox(ctx context.Context, podSandboxID string) error {
-	return classify(r.RuntimeService.RemovePodSandbox(ctx, podSandboxID))
+	return classify(detachedErr(r, ctx, "RemovePodSandbox", r.timeout, func(ctx context.Context) error {
+		return r.RuntimeService.RemovePodSandbox(ctx, podSandboxID)
+	}))
 }
 
 // PodSandboxStatus returns a sandbox's status.
@@ -63,23 +72,32 @@ func (r *Runtime) ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSand
 
 // CreateContainer creates a container in a sandbox.
 func (r *Runtime) CreateContainer(ctx context.Context, podSandboxID string, config *runtimeapi.ContainerConfig, sandboxConfig *runtimeapi.PodSandboxConfig) (string, error) {
-	id, err := r.RuntimeService.CreateContainer(ctx, podSandboxID, config, sandboxConfig)
+	id, err := detached(r, ctx, "CreateContainer", r.timeout, func(ctx context.Context) (string, error) {
+		return r.RuntimeService.CreateContainer(ctx, podSandboxID, config, sandboxConfig)
+	})
 	return id, classify(err)
 }
 
 // StartContainer starts a created container.
 func (r *Runtime) StartContainer(ctx context.Context, containerID string) error {
-	return classify(r.RuntimeService.StartContainer(ctx, containerID))
+	return classify(detachedErr(r, ctx, "StartContainer", r.timeout, func(ctx context.Context) error {
+		return r.RuntimeService.StartContainer(ctx, containerID)
+	}))
 }
 
 // StopContainer stops a container, SIGKILL after timeout seconds.
 func (r *Runtime) StopContainer(ctx context.Context, containerID string, timeout int64) error {
-	return classify(r.RuntimeService.StopContainer(ctx, containerID, timeout))
+	// As the cri-client bounds it: the request timeout plus the grace.
+	return classify(detachedErr(r, ctx, "StopContainer", r.timeout+time.Duration(timeout)*time.Second, func(ctx context.Context) error {
+		return r.RuntimeService.StopContainer(ctx, containerID, timeout)
+	}))
 }
 
 // RemoveContainer removes a container.
 func (r *Runtime) RemoveContainer(ctx context.Context, containerID string) error {
-	return classify(r.RuntimeService.RemoveContainer(ctx, containerID))
+	return classify(detachedErr(r, ctx, "RemoveContainer", r.timeout, func(ctx context.Context) error {
+		return r.RuntimeService.RemoveContainer(ctx, containerID)
+	}))
 }
 
 // ListContainers lists containers.

@@ -40,6 +40,10 @@ type Config struct {
 	// StartupWait is how long New keeps retrying the version handshake
 	// while the runtime does not answer yet. Default 0: one attempt.
 	StartupWait time.Duration
+	// DrainTimeout bounds how long Close waits for the calls that change
+	// the runtime's state and are still running (see detach.go). Default
+	// DefaultDrainTimeout.
+	DrainTimeout time.Duration
 	// Logger receives connection events. Default: discard.
 	Logger *slog.Logger
 }
@@ -50,8 +54,11 @@ type Runtime struct {
 	criapi.RuntimeService
 	criapi.ImageManagerService
 
-	log     *slog.Logger
-	version *runtimeapi.VersionResponse
+	log      *slog.Logger
+	version  *runtimeapi.VersionResponse
+	timeout  time.Duration // every call's (--runtime-request-timeout)
+	drain    time.Duration // Close's wait for calls in flight
+	inflight inflight
 
 	closeOnce sync.Once
 	closeErr  error
@@ -78,6 +85,12 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.DrainTimeout < 0 {
+		return nil, fmt.Errorf("runtime drain timeout %s: must not be negative: %w", cfg.DrainTimeout, errdefs.ErrInvalidArgument)
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -142,7 +155,8 @@ func connect(ctx context.Context, cfg Config, log *slog.Logger) (*Runtime, error
 		_ = is.Close(context.Background())
 		return nil, fmt.Errorf("container runtime %s speaks CRI %q, want v1: %w", cfg.Endpoint, v.GetRuntimeApiVersion(), errdefs.ErrInvalidArgument)
 	}
-	return &Runtime{RuntimeService: rs, ImageManagerService: is, log: log, version: v}, nil
+	return &Runtime{RuntimeService: rs, ImageManagerService: is, log: log, version: v,
+		timeout: cfg.RequestTimeout, drain: cfg.DrainTimeout}, nil
 }
 
 // RuntimeVersion is what the runtime said in the handshake, e.g.
@@ -151,10 +165,21 @@ func (r *Runtime) RuntimeVersion() string {
 	return r.version.GetRuntimeName() + "://" + r.version.GetRuntimeVersion()
 }
 
-// Close closes both connections. Idempotent. The runtime's sandboxes and
-// containers keep running.
+// Close waits for the calls still changing the runtime's state (for at
+// most Config.DrainTimeout, or until ctx ends), then closes both
+// connections. Idempotent. The runtime's sandboxes and containers keep
+// running.
 func (r *Runtime) Close(ctx context.Context) error {
 	r.closeOnce.Do(func() {
+		if running := r.inflight.running(); len(running) > 0 {
+			r.log.Info("waiting for runtime calls in flight before closing the connection", "calls", running, "atMost", r.drain)
+		}
+		dctx, cancel := context.WithTimeout(ctx, r.drain)
+		if !r.inflight.drain(dctx) {
+			r.log.Warn("closing the connection with runtime calls still in flight; the runtime may cancel them",
+				"calls", r.inflight.running(), "waited", r.drain)
+		}
+		cancel()
 		r.closeErr = errors.Join(r.RuntimeService.Close(ctx), r.ImageManagerService.Close(ctx))
 	})
 	return r.closeErr

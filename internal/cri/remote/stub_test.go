@@ -25,6 +25,19 @@ import (
 type stubRuntime struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	apiVersion string
+	// runSandbox, when set, answers RunPodSandbox.
+	runSandbox func(ctx context.Context) (string, error)
+}
+
+func (s *stubRuntime) RunPodSandbox(ctx context.Context, _ *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	if s.runSandbox == nil {
+		return s.UnimplementedRuntimeServiceServer.RunPodSandbox(ctx, nil)
+	}
+	id, err := s.runSandbox(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
 
 func (s *stubRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
@@ -53,12 +66,17 @@ func (stubImages) ImageFsInfo(context.Context, *runtimeapi.ImageFsInfoRequest) (
 
 // startStub serves a stub runtime on sock until stop is called.
 func startStub(sock, apiVersion string) (stop func(), err error) {
+	return startStubRuntime(sock, &stubRuntime{apiVersion: apiVersion})
+}
+
+// startStubRuntime serves rt on sock until stop is called.
+func startStubRuntime(sock string, rt *stubRuntime) (stop func(), err error) {
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return nil, err
 	}
 	srv := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(srv, &stubRuntime{apiVersion: apiVersion})
+	runtimeapi.RegisterRuntimeServiceServer(srv, rt)
 	runtimeapi.RegisterImageServiceServer(srv, stubImages{})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
