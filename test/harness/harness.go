@@ -42,8 +42,9 @@ var (
 	buildErr  error
 )
 
-// Binary builds ./cmd/minilet, and ./cmd/minilet-monitor next to it, once per
-// test process and returns the agent's path.
+// Binary builds ./cmd/minilet, and ./cmd/minilet-monitor and
+// ./cmd/minilet-exec next to it, once per test process and returns the
+// agent's path.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -54,10 +55,12 @@ func Binary(t testing.TB) string {
 		}
 		binPath = filepath.Join(dir, "minilet")
 		// The agent starts container monitors from the small
-		// minilet-monitor binary next to it.
+		// minilet-monitor binary next to it, and execs through
+		// minilet-exec.
 		for _, b := range []struct{ out, pkg string }{
 			{binPath, "./cmd/minilet"},
 			{filepath.Join(dir, "minilet-monitor"), "./cmd/minilet-monitor"},
+			{filepath.Join(dir, "minilet-exec"), "./cmd/minilet-exec"},
 		} {
 			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
 			cmd.Dir = repoRoot()

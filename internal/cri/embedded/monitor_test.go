@@ -24,7 +24,9 @@ var (
 )
 
 // smallMonitor builds cmd/minilet-monitor once per test process and returns
-// its path; TestMain removes it.
+// its path, with cmd/minilet-exec next to it (so runtimes using it exec
+// through the C exec helper, as the installed agent does); TestMain removes
+// them.
 func smallMonitor(t testing.TB) string {
 	t.Helper()
 	smallMonitorOnce.Do(func() {
@@ -35,9 +37,15 @@ func smallMonitor(t testing.TB) string {
 		}
 		smallMonitorDir = dir
 		smallMonitorPath = filepath.Join(dir, MonitorBinaryName)
-		cmd := exec.Command("go", "build", "-o", smallMonitorPath, "github.com/minilet/minilet/cmd/minilet-monitor")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			smallMonitorErr = errors.New("go build cmd/minilet-monitor: " + err.Error() + "\n" + string(out))
+		for _, b := range []struct{ out, pkg string }{
+			{smallMonitorPath, "github.com/minilet/minilet/cmd/minilet-monitor"},
+			{filepath.Join(dir, ExecHelperBinaryName), "github.com/minilet/minilet/cmd/minilet-exec"},
+		} {
+			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				smallMonitorErr = errors.New("go build " + b.pkg + ": " + err.Error() + "\n" + string(out))
+				return
+			}
 		}
 	})
 	if smallMonitorErr != nil {

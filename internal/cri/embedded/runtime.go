@@ -66,6 +66,12 @@ type Config struct {
 	// the agent's executable if that exists and is executable, else a
 	// re-exec of the agent itself, whose main must call MaybeRunMonitor.
 	MonitorPath string
+	// ExecHelperPath is the program execs (exec probes, kubectl exec)
+	// enter containers through (the small cmd/minilet-exec binary).
+	// Default: "minilet-exec" next to the monitor binary or the agent's
+	// executable, else the monitor program, which can do it too at a
+	// higher CPU cost per exec.
+	ExecHelperPath string
 	// NodeIP is the node's IP, given to host-network sandboxes. Default:
 	// what nodeaddr detects.
 	NodeIP string
@@ -135,6 +141,10 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, criErr(err)
 	}
+	execHelper, err := supervisor.ExecHelperExecutable(cfg.ExecHelperPath, monitor, self)
+	if err != nil {
+		return nil, criErr(err)
+	}
 	cg, err := cgroups.New(cgroups.Config{MountRoot: cfg.CgroupMount, Controllers: supervisor.ContainerControllers})
 	if err != nil {
 		return nil, errUnavailable("embedded runtime config: field CgroupMount %q: %v", cfg.CgroupMount, err)
@@ -165,7 +175,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	if r.ctrs, err = supervisor.Open(supervisor.Config{
-		Dir: filepath.Join(r.stateDir, "containers"), Logger: r.log, Cgroups: cg, Monitor: monitor, Layers: r.images,
+		Dir: filepath.Join(r.stateDir, "containers"), Logger: r.log, Cgroups: cg, Monitor: monitor, ExecHelper: execHelper, Layers: r.images,
 	}); err != nil {
 		return nil, err
 	}
