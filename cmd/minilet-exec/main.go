@@ -2,10 +2,14 @@
 // the agent starts it for every exec into a container (exec probes, kubectl
 // exec), with argv[0] "minilet-exec", and it joins the container (cgroups,
 // namespaces, root, user, capabilities, no_new_privs, seccomp) and becomes
-// the command. The work is done in C (exec.c) from an ELF constructor,
-// before the Go runtime starts: a Go program's start alone costs more CPU
-// than an exec probe should in all. Built without cgo, the Go trampoline
-// of monitorproc does the same job, at that cost (trampoline_nocgo.go).
+// the command.
+//
+// The installed helper is not this Go program but the freestanding C one of
+// csrc/exec.c, which scripts/build-exec-helper.sh (make build) builds at
+// bin/minilet-exec: a Go program's start alone costs more CPU than an exec
+// probe should in all. This program, monitorproc's trampoline, is what
+// that script builds where the C one cannot be built; both do the same job
+// (the parity test compares them).
 package main
 
 import (

@@ -9,17 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-)
 
-// The protocol's names, as monitorproc has them (TrampolineArg0,
-// TrampolineEnv, ...). Spelled out rather than imported: this test binary
-// links cgo statically, and monitorproc would bring the net package's cgo
-// resolver with it. A drift between exec.c and monitorproc fails the test.
-const (
-	arg0      = "minilet-exec"
-	markerEnv = "MINILET_EMBEDDED_EXEC"
-	dirEnv    = markerEnv + "_DIR"
-	secEnv    = markerEnv + "_SEC"
+	"github.com/minilet/minilet/internal/cri/embedded/monitorproc"
 )
 
 var (
@@ -28,19 +19,19 @@ var (
 	buildErr  error
 )
 
-// helpers builds this command twice, with cgo (the C helper) and without
-// (the Go trampoline), and returns both paths.
+// helpers builds the C exec helper (scripts/build-exec-helper.sh, the C
+// build mandatory) and this Go program, and returns both paths.
 func helpers(t *testing.T) (c, goOnly string) {
 	t.Helper()
 	buildOnce.Do(func() {
 		if builtDir, buildErr = os.MkdirTemp("", "minilet-exec-test-"); buildErr != nil {
 			return
 		}
-		for _, b := range []struct{ out, cgo string }{{"c", "1"}, {"go", "0"}} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(builtDir, b.out), ".")
-			cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+		for _, b := range []struct{ out, mode string }{{"c", "c"}, {"go", "go"}} {
+			cmd := exec.Command("../../scripts/build-exec-helper.sh", filepath.Join(builtDir, b.out))
+			cmd.Env = append(os.Environ(), "MINILET_EXEC_HELPER="+b.mode)
 			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = errors.New("go build CGO_ENABLED=" + b.cgo + ": " + err.Error() + "\n" + string(out))
+				buildErr = errors.New("build-exec-helper.sh (" + b.mode + "): " + err.Error() + "\n" + string(out))
 				return
 			}
 		}
@@ -74,8 +65,8 @@ func run(t *testing.T, helper string, args, env []string) result {
 	}
 	defer func() { _ = r.Close() }()
 	var stdout bytes.Buffer
-	cmd := &exec.Cmd{Path: helper, Args: append([]string{arg0}, args...),
-		Env: append([]string{markerEnv + "=1"}, env...), Stdout: &stdout, ExtraFiles: []*os.File{w}}
+	cmd := &exec.Cmd{Path: helper, Args: append([]string{monitorproc.TrampolineArg0}, args...),
+		Env: append([]string{monitorproc.TrampolineEnv + "=1"}, env...), Stdout: &stdout, ExtraFiles: []*os.File{w}}
 	err = cmd.Start()
 	_ = w.Close()
 	if err != nil {
@@ -90,14 +81,14 @@ func run(t *testing.T, helper string, args, env []string) result {
 // the same result, and the same error on fd 3, for what needs no container.
 func TestCHelperMatchesGoTrampoline(t *testing.T) {
 	c, goOnly := helpers(t)
-	sec := secEnv + "="
+	sec := monitorproc.TrampolineSecEnv + "="
 	for _, tc := range []struct {
 		name      string
 		args, env []string
 		want      result
 	}{
 		{"runs the command with the markers removed", []string{"--", "sh", "-c", `echo "$GREETING"; env | grep -c MINILET_EMBEDDED_EXEC; exit 3`},
-			[]string{"PATH=/usr/bin:/bin", "GREETING=hi", dirEnv + "=/"},
+			[]string{"PATH=/usr/bin:/bin", "GREETING=hi", monitorproc.TrampolineDirEnv + "=/"},
 			result{stdout: "hi\n0\n", code: 3}},
 		{"missing binary by path", []string{"--", "/no/such/binary"}, nil,
 			result{report: `executable "/no/such/binary" not found: stat /no/such/binary: no such file or directory`, code: 127}},
@@ -107,7 +98,9 @@ func TestCHelperMatchesGoTrampoline(t *testing.T) {
 		{"missing cgroup", []string{"/no/such/cgroup", "--", "true"}, nil,
 			result{report: "join cgroup /no/such/cgroup: open /no/such/cgroup/cgroup.procs: no such file or directory", code: 127}},
 		{"malformed security", []string{"--", "true"}, []string{sec + "12:n:"},
-			result{report: "container's security context: malformed " + secEnv, code: 127}},
+			result{report: "container's security context: malformed " + monitorproc.TrampolineSecEnv, code: 127}},
+		{"odd seccomp filter", []string{"--", "true"}, []string{sec + "0000000000000000:n:0"},
+			result{report: "container's security context: seccomp filter: encoding/hex: odd length hex string", code: 127}},
 		{"malformed seccomp filter", []string{"--", "true"}, []string{sec + "0000000000000000:n:00ff"},
 			result{report: "seccomp filter of 2 bytes is malformed", code: 127}},
 	} {

@@ -57,15 +57,18 @@ func Binary(t testing.TB) string {
 		// The agent starts container monitors from the small
 		// minilet-monitor binary next to it, and execs through
 		// minilet-exec.
-		for _, b := range []struct{ out, pkg string }{
-			{binPath, "./cmd/minilet"},
-			{filepath.Join(dir, "minilet-monitor"), "./cmd/minilet-monitor"},
-			{filepath.Join(dir, "minilet-exec"), "./cmd/minilet-exec"},
+		for _, b := range []struct {
+			out  string
+			args []string
+		}{
+			{binPath, []string{"go", "build", "-o", binPath, "./cmd/minilet"}},
+			{"minilet-monitor", []string{"go", "build", "-o", filepath.Join(dir, "minilet-monitor"), "./cmd/minilet-monitor"}},
+			{"minilet-exec", []string{"./scripts/build-exec-helper.sh", filepath.Join(dir, "minilet-exec")}},
 		} {
-			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+			cmd := exec.Command(b.args[0], b.args[1:]...)
 			cmd.Dir = repoRoot()
 			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
+				buildErr = fmt.Errorf("build %s: %w\n%s", b.out, err, out)
 				return
 			}
 		}

@@ -37,15 +37,17 @@ func smallMonitor(t testing.TB) string {
 		}
 		smallMonitorDir = dir
 		smallMonitorPath = filepath.Join(dir, MonitorBinaryName)
-		for _, b := range []struct{ out, pkg string }{
-			{smallMonitorPath, "github.com/minilet/minilet/cmd/minilet-monitor"},
-			{filepath.Join(dir, ExecHelperBinaryName), "github.com/minilet/minilet/cmd/minilet-exec"},
-		} {
-			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				smallMonitorErr = errors.New("go build " + b.pkg + ": " + err.Error() + "\n" + string(out))
-				return
-			}
+		cmd := exec.Command("go", "build", "-o", smallMonitorPath, "github.com/minilet/minilet/cmd/minilet-monitor")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			smallMonitorErr = errors.New("go build cmd/minilet-monitor: " + err.Error() + "\n" + string(out))
+			return
+		}
+		// The C exec helper, as make build installs it (mandatory here:
+		// these tests are about it).
+		cmd = exec.Command("../../../scripts/build-exec-helper.sh", filepath.Join(dir, ExecHelperBinaryName))
+		cmd.Env = append(os.Environ(), "MINILET_EXEC_HELPER=c")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			smallMonitorErr = errors.New("scripts/build-exec-helper.sh: " + err.Error() + "\n" + string(out))
 		}
 	})
 	if smallMonitorErr != nil {
