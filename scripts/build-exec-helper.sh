@@ -24,4 +24,5 @@ if [[ $mode != go ]]; then
 	fi
 	echo "build-exec-helper: the C exec helper did not build; building the Go one (slower per exec)" >&2
 fi
-cd "$root" && "${GO:-go}" build -o "$out" ./cmd/minilet-exec
+# No cgo either: the Go helper needs none, and there may be no C compiler.
+cd "$root" && CGO_ENABLED=0 "${GO:-go}" build -o "$out" ./cmd/minilet-exec
