@@ -94,6 +94,8 @@ func TestCHelperMatchesGoTrampoline(t *testing.T) {
 			result{report: `executable "/no/such/binary" not found: stat /no/such/binary: no such file or directory`, code: 127}},
 		{"missing binary in PATH", []string{"--", "no-such-command"}, []string{"PATH=/bin:"},
 			result{report: `executable "no-such-command" not found in $PATH`, code: 127}},
+		{"empty PATH", []string{"--", "true"}, []string{"PATH="},
+			result{report: `executable "true" not found in $PATH`, code: 127}},
 		{"no command", []string{"/sys/fs/cgroup/memory"}, nil, result{report: "trampoline: no command", code: 127}},
 		{"missing cgroup", []string{"/no/such/cgroup", "--", "true"}, nil,
 			result{report: "join cgroup /no/such/cgroup: open /no/such/cgroup/cgroup.procs: no such file or directory", code: 127}},

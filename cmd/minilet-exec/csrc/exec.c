@@ -519,7 +519,8 @@ static const char *look_path(const char *name, char **envp) {
 	if (!path)
 		path = DEFAULT_PATH;
 	static struct text full;
-	for (const char *p = path;;) {
+	// An empty PATH has no entries (Go's filepath.SplitList).
+	for (const char *p = path; *path;) {
 		const char *end = p;
 		while (*end && *end != ':')
 			end++;
