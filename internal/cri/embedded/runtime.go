@@ -9,6 +9,9 @@
 //     or a re-exec of the agent, see Config.MonitorPath and
 //     MaybeRunMonitor) that places it in its cgroups, writes its CRI-format
 //     log and records its exit, so that containers outlive agent restarts.
+//     Execs enter a container through the small C exec helper
+//     (cmd/minilet-exec, see Config.ExecHelperPath), else the monitor's
+//     trampoline.
 //   - spec: what a container runs, from its CRI config and its image.
 //   - imagestore and layerfs: images from registries (PullImage) or
 //     archives (LoadArchive), their layers unpacked in overlayfs format.
