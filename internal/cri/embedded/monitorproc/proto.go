@@ -229,8 +229,8 @@ func MaybeRun() {
 	}
 }
 
-// MaybeRunExec is MaybeRun for the exec trampoline role only (the
-// cmd/minilet-exec binary built without cgo, whose C helper is missing).
+// MaybeRunExec is MaybeRun for the exec trampoline role only: the Go
+// build of cmd/minilet-exec, where its C program cannot be built.
 func MaybeRunExec() {
 	if len(os.Args) > 0 && os.Getenv(TrampolineEnv) != "" && os.Args[0] == TrampolineArg0 {
 		os.Exit(runTrampoline())

@@ -238,9 +238,9 @@ func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []s
 }
 
 // trampoline is the program exec starts to enter the container: the exec
-// helper (cmd/minilet-exec, whose C part does the job before any Go
-// runtime starts) when there is one, else the monitor binary or the agent,
-// which have the trampoline role too.
+// helper (cmd/minilet-exec, a freestanding C program that starts in a
+// fraction of any Go program's CPU) when there is one, else the monitor
+// binary or the agent, which have the trampoline role too.
 func (s *Supervisor) trampoline() string { return s.execHelper }
 
 // capBuffer keeps the first maxExecOutput bytes written to it.
