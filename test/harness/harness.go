@@ -42,8 +42,9 @@ var (
 	buildErr  error
 )
 
-// Binary builds ./cmd/minilet, and ./cmd/minilet-monitor next to it, once per
-// test process and returns the agent's path.
+// Binary builds ./cmd/minilet, and ./cmd/minilet-monitor and
+// ./cmd/minilet-exec next to it, once per test process and returns the
+// agent's path.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -54,15 +55,20 @@ func Binary(t testing.TB) string {
 		}
 		binPath = filepath.Join(dir, "minilet")
 		// The agent starts container monitors from the small
-		// minilet-monitor binary next to it.
-		for _, b := range []struct{ out, pkg string }{
-			{binPath, "./cmd/minilet"},
-			{filepath.Join(dir, "minilet-monitor"), "./cmd/minilet-monitor"},
+		// minilet-monitor binary next to it, and execs through
+		// minilet-exec.
+		for _, b := range []struct {
+			out  string
+			args []string
+		}{
+			{binPath, []string{"go", "build", "-o", binPath, "./cmd/minilet"}},
+			{"minilet-monitor", []string{"go", "build", "-o", filepath.Join(dir, "minilet-monitor"), "./cmd/minilet-monitor"}},
+			{"minilet-exec", []string{"./scripts/build-exec-helper.sh", filepath.Join(dir, "minilet-exec")}},
 		} {
-			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+			cmd := exec.Command(b.args[0], b.args[1:]...)
 			cmd.Dir = repoRoot()
 			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
+				buildErr = fmt.Errorf("build %s: %w\n%s", b.out, err, out)
 				return
 			}
 		}

@@ -10,6 +10,11 @@ import (
 // executable.
 const MonitorBinaryName = supervisor.MonitorBinaryName
 
+// ExecHelperBinaryName is the file name of the exec helper binary
+// (cmd/minilet-exec), looked for next to the monitor binary or the agent's
+// executable (see Config.ExecHelperPath).
+const ExecHelperBinaryName = supervisor.ExecHelperBinaryName
+
 // MaybeRunMonitor must be the first call in main() and in the TestMain of
 // every test binary that uses this runtime. In the agent it returns at once;
 // in a process the runtime re-executed as a container monitor, container

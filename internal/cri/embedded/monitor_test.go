@@ -24,7 +24,9 @@ var (
 )
 
 // smallMonitor builds cmd/minilet-monitor once per test process and returns
-// its path; TestMain removes it.
+// its path, with cmd/minilet-exec next to it (so runtimes using it exec
+// through the C exec helper, as the installed agent does); TestMain removes
+// them.
 func smallMonitor(t testing.TB) string {
 	t.Helper()
 	smallMonitorOnce.Do(func() {
@@ -38,6 +40,14 @@ func smallMonitor(t testing.TB) string {
 		cmd := exec.Command("go", "build", "-o", smallMonitorPath, "github.com/minilet/minilet/cmd/minilet-monitor")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			smallMonitorErr = errors.New("go build cmd/minilet-monitor: " + err.Error() + "\n" + string(out))
+			return
+		}
+		// The C exec helper, as make build installs it (mandatory here:
+		// these tests are about it).
+		cmd = exec.Command("../../../scripts/build-exec-helper.sh", filepath.Join(dir, ExecHelperBinaryName))
+		cmd.Env = append(os.Environ(), "MINILET_EXEC_HELPER=c")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			smallMonitorErr = errors.New("scripts/build-exec-helper.sh: " + err.Error() + "\n" + string(out))
 		}
 	})
 	if smallMonitorErr != nil {

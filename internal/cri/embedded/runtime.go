@@ -9,6 +9,9 @@
 //     or a re-exec of the agent, see Config.MonitorPath and
 //     MaybeRunMonitor) that places it in its cgroups, writes its CRI-format
 //     log and records its exit, so that containers outlive agent restarts.
+//     Execs enter a container through the small C exec helper
+//     (cmd/minilet-exec, see Config.ExecHelperPath), else the monitor's
+//     trampoline.
 //   - spec: what a container runs, from its CRI config and its image.
 //   - imagestore and layerfs: images from registries (PullImage) or
 //     archives (LoadArchive), their layers unpacked in overlayfs format.
@@ -66,6 +69,12 @@ type Config struct {
 	// the agent's executable if that exists and is executable, else a
 	// re-exec of the agent itself, whose main must call MaybeRunMonitor.
 	MonitorPath string
+	// ExecHelperPath is the program execs (exec probes, kubectl exec)
+	// enter containers through (the small cmd/minilet-exec binary).
+	// Default: "minilet-exec" next to the monitor binary or the agent's
+	// executable, else the monitor program, which can do it too at a
+	// higher CPU cost per exec.
+	ExecHelperPath string
 	// NodeIP is the node's IP, given to host-network sandboxes. Default:
 	// what nodeaddr detects.
 	NodeIP string
@@ -135,6 +144,10 @@ func New(cfg Config) (*Runtime, error) {
 	if err != nil {
 		return nil, criErr(err)
 	}
+	execHelper, err := supervisor.ExecHelperExecutable(cfg.ExecHelperPath, monitor, self)
+	if err != nil {
+		return nil, criErr(err)
+	}
 	cg, err := cgroups.New(cgroups.Config{MountRoot: cfg.CgroupMount, Controllers: supervisor.ContainerControllers})
 	if err != nil {
 		return nil, errUnavailable("embedded runtime config: field CgroupMount %q: %v", cfg.CgroupMount, err)
@@ -165,7 +178,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	if r.ctrs, err = supervisor.Open(supervisor.Config{
-		Dir: filepath.Join(r.stateDir, "containers"), Logger: r.log, Cgroups: cg, Monitor: monitor, Layers: r.images,
+		Dir: filepath.Join(r.stateDir, "containers"), Logger: r.log, Cgroups: cg, Monitor: monitor, ExecHelper: execHelper, Layers: r.images,
 	}); err != nil {
 		return nil, err
 	}

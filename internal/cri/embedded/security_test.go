@@ -48,12 +48,26 @@ func busyboxArchive(t *testing.T) []byte {
 
 // TestSecurityConformanceRootfs runs the security part of the conformance
 // suite on containers from an image (TestConformance covers the host
-// image).
+// image), with execs entering them through the Go trampoline (a re-exec of
+// the test binary).
 func TestSecurityConformanceRootfs(t *testing.T) {
 	requireRoot(t)
+	runSecurityConformanceRootfs(t, "")
+}
+
+// TestSecurityConformanceRootfsExecHelper is TestSecurityConformanceRootfs
+// with the installed layout: the small monitor, and execs entering through
+// the C exec helper of cmd/minilet-exec next to it (TestConformanceSmallMonitor
+// covers the host image so).
+func TestSecurityConformanceRootfsExecHelper(t *testing.T) {
+	requireRoot(t)
+	runSecurityConformanceRootfs(t, smallMonitor(t))
+}
+
+func runSecurityConformanceRootfs(t *testing.T, monitorPath string) {
 	archive := busyboxArchive(t)
 	conformance.RunSecurity(t, func(t *testing.T) conformance.RuntimeUnderTest {
-		r := newTestRuntime(t, t.TempDir())
+		r := newTestRuntimeWith(t, Config{RootDir: t.TempDir(), MonitorPath: monitorPath})
 		if _, err := r.LoadArchive(context.Background(), bytes.NewReader(archive)); err != nil {
 			t.Fatalf("LoadArchive: %v", err)
 		}

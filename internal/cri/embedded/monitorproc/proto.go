@@ -39,10 +39,10 @@ const (
 	// of a host-image container with mounts (value: its process as the
 	// host sees it), in TrampolineDirEnv.
 	TrampolineMntEnv = TrampolineEnv + "_MNT"
-	// TrampolineSpecEnv makes the exec trampoline confine the command as
-	// the container is (value: the container's monitor Spec file, whose
-	// Security it applies).
-	TrampolineSpecEnv = TrampolineEnv + "_SPEC"
+	// TrampolineSecEnv makes the exec trampoline confine the command as
+	// the container is (value: the container's Security as
+	// EncodeExecSecurity writes it).
+	TrampolineSecEnv = TrampolineEnv + "_SEC"
 )
 
 // argv[0] of the helper processes.
@@ -226,6 +226,14 @@ func MaybeRun() {
 	if os.Getenv(PauseEnv) != "" && os.Args[0] == PauseArg0 {
 		runtime.GOMAXPROCS(1)
 		os.Exit(runPause())
+	}
+}
+
+// MaybeRunExec is MaybeRun for the exec trampoline role only: the Go
+// build of cmd/minilet-exec, where its C program cannot be built.
+func MaybeRunExec() {
+	if len(os.Args) > 0 && os.Getenv(TrampolineEnv) != "" && os.Args[0] == TrampolineArg0 {
+		os.Exit(runTrampoline())
 	}
 }
 

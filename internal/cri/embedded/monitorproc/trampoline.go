@@ -10,7 +10,6 @@ import (
 	"syscall"
 
 	"github.com/minilet/minilet/internal/cm/cgroups"
-	"github.com/minilet/minilet/internal/cri/embedded/internal/statefile"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,7 +48,7 @@ func runTrampoline() int {
 		}
 	}
 	argv := args[sep+1:]
-	sec, err := execSecurity(os.Getenv(TrampolineSpecEnv))
+	sec, err := decodeExecSecurity(os.Getenv(TrampolineSecEnv))
 	if err != nil {
 		return fail(err)
 	}
@@ -211,17 +210,4 @@ func procCredential(pid string) (*syscall.Credential, error) {
 		}
 	}
 	return cred, nil
-}
-
-// execSecurity is the Security of the container whose monitor Spec is at
-// path; nil for none.
-func execSecurity(path string) (*Security, error) {
-	if path == "" {
-		return nil, nil
-	}
-	var spec Spec
-	if err := statefile.Read(path, &spec); err != nil {
-		return nil, fmt.Errorf("container's security context: %w", err)
-	}
-	return spec.Security, nil
 }

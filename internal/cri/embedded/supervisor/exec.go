@@ -143,7 +143,7 @@ func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []s
 	}
 	if rec.Security != nil {
 		// The command is confined as the container is.
-		proc.Env = append(proc.Env, monitorproc.TrampolineSpecEnv+"="+filepath.Join(s.dir, rec.ID, monitorproc.FileSpec))
+		proc.Env = append(proc.Env, monitorproc.TrampolineSecEnv+"="+monitorproc.EncodeExecSecurity(rec.Security))
 	}
 	err = proc.Start()
 	_ = reportW.Close()
@@ -237,10 +237,11 @@ func (s *Supervisor) ExecStream(ctx context.Context, containerID string, cmd []s
 	return nil
 }
 
-// trampoline is the program exec starts to enter the container: the small
-// monitor binary when there is one (it has the trampoline role too, and
-// starts in a fraction of the agent's time and CPU), else the agent itself.
-func (s *Supervisor) trampoline() string { return s.monitor }
+// trampoline is the program exec starts to enter the container: the exec
+// helper (cmd/minilet-exec, a freestanding C program that starts in a
+// fraction of any Go program's CPU) when there is one, else the monitor
+// binary or the agent, which have the trampoline role too.
+func (s *Supervisor) trampoline() string { return s.execHelper }
 
 // capBuffer keeps the first maxExecOutput bytes written to it.
 type capBuffer struct {

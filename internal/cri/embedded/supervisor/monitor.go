@@ -12,6 +12,10 @@ import (
 // (cmd/minilet-monitor) looked for next to the agent's executable.
 const MonitorBinaryName = "minilet-monitor"
 
+// ExecHelperBinaryName is the file name of the exec helper
+// (cmd/minilet-exec), looked for next to the monitor binary or the agent.
+const ExecHelperBinaryName = "minilet-exec"
+
 // selfExe re-executes the running agent binary, whose main runs
 // monitorproc.MaybeRun first: a monitor when no monitor binary is
 // installed, and the exec trampoline always.
@@ -33,6 +37,29 @@ func MonitorExecutable(configured, self string) (string, error) {
 		}
 	}
 	return selfExe, nil
+}
+
+// ExecHelperExecutable chooses the program execs enter containers
+// through: the configured path, else ExecHelperBinaryName next to the
+// monitor binary (monitor, as MonitorExecutable chose it) or next to self,
+// else the monitor itself (its trampoline speaks the same protocol, at a Go
+// program's start-up cost per exec).
+func ExecHelperExecutable(configured, monitor, self string) (string, error) {
+	if configured != "" {
+		if !isExecutableFile(configured) {
+			return "", fmt.Errorf("embedded runtime config: field ExecHelperPath %q is not an executable file: %w", configured, errdefs.ErrInvalidArgument)
+		}
+		return configured, nil
+	}
+	for _, next := range []string{monitor, self} {
+		if next == "" || next == selfExe {
+			continue
+		}
+		if p := filepath.Join(filepath.Dir(next), ExecHelperBinaryName); isExecutableFile(p) {
+			return p, nil
+		}
+	}
+	return monitor, nil
 }
 
 func isExecutableFile(p string) bool {

@@ -36,6 +36,9 @@ type Config struct {
 	// Monitor is the program monitors are started from (see
 	// MonitorExecutable). Required.
 	Monitor string
+	// ExecHelper is the program execs enter containers through (see
+	// ExecHelperExecutable). Default: Monitor, whose trampoline does it.
+	ExecHelper string
 	// Layers locates the image layers of containers from images. Required.
 	Layers Layers
 	// MonitorCgroup is the cgroup monitors move into, outside the agent's.
@@ -56,7 +59,9 @@ type Supervisor struct {
 	dir     string
 	cg      cgroups.Driver
 	monitor string
-	layers  Layers
+	// execHelper is the exec trampoline's program.
+	execHelper string
+	layers     Layers
 	// monDirs are the monitors' own cgroup directories (see
 	// DefaultMonitorCgroup).
 	monDirs []monitorproc.CgroupDir
@@ -111,8 +116,11 @@ func Open(cfg Config) (*Supervisor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.ExecHelper == "" {
+		cfg.ExecHelper = cfg.Monitor
+	}
 	s := &Supervisor{
-		log: cfg.Logger, dir: cfg.Dir, cg: cfg.Cgroups, monitor: cfg.Monitor, layers: cfg.Layers,
+		log: cfg.Logger, dir: cfg.Dir, cg: cfg.Cgroups, monitor: cfg.Monitor, execHelper: cfg.ExecHelper, layers: cfg.Layers,
 		containers: map[string]*container{},
 		changes:    make(chan struct{}, 1),
 		kick:       make(chan struct{}, 1),

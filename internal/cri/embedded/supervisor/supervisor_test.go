@@ -49,6 +49,43 @@ func TestMonitorExecutableChoice(t *testing.T) {
 	}
 }
 
+func TestExecHelperExecutableChoice(t *testing.T) {
+	agentDir, monDir := t.TempDir(), t.TempDir()
+	self, monitor := filepath.Join(agentDir, "minilet"), filepath.Join(monDir, MonitorBinaryName)
+	if got, err := ExecHelperExecutable("", monitor, self); err != nil || got != monitor {
+		t.Errorf("without an exec helper: %q, %v; want the monitor %q", got, err, monitor)
+	}
+	if got, err := ExecHelperExecutable("", selfExe, self); err != nil || got != selfExe {
+		t.Errorf("without an exec helper or monitor binary: %q, %v; want %q", got, err, selfExe)
+	}
+	nextToAgent := filepath.Join(agentDir, ExecHelperBinaryName)
+	if err := os.WriteFile(nextToAgent, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ExecHelperExecutable("", selfExe, self); err != nil || got != nextToAgent {
+		t.Errorf("exec helper next to the agent, no monitor binary: %q, %v; want %q", got, err, nextToAgent)
+	}
+	nextToMonitor := filepath.Join(monDir, ExecHelperBinaryName)
+	if err := os.WriteFile(nextToMonitor, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ExecHelperExecutable("", monitor, self); got != nextToAgent {
+		t.Errorf("non-executable exec helper next to the monitor: %q, want the one next to the agent %q", got, nextToAgent)
+	}
+	if err := os.Chmod(nextToMonitor, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ExecHelperExecutable("", monitor, self); got != nextToMonitor {
+		t.Errorf("exec helper next to the monitor: %q, want %q", got, nextToMonitor)
+	}
+	if _, err := ExecHelperExecutable(filepath.Join(monDir, "missing"), monitor, self); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "ExecHelperPath") {
+		t.Errorf("missing configured exec helper: err %v, want an invalid-argument error naming ExecHelperPath", err)
+	}
+	if got, err := ExecHelperExecutable(nextToAgent, monitor, self); err != nil || got != nextToAgent {
+		t.Errorf("configured exec helper: %q, %v; want %q", got, err, nextToAgent)
+	}
+}
+
 func TestCgroupResources(t *testing.T) {
 	if cgroupResources(nil) != nil {
 		t.Error("no resources gave cgroup values")
