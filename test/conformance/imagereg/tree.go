@@ -72,7 +72,9 @@ func (t *tree) hostFile(p string, mode int64, src string) {
 }
 
 // symlink adds a symbolic link to target.
-func (t *tree) symlink(p, target string) { t.add(p, node{typ: tar.TypeSymlink, mode: 0o777, target: target}) }
+func (t *tree) symlink(p, target string) {
+	t.add(p, node{typ: tar.TypeSymlink, mode: 0o777, target: target})
+}
 
 // writeLayer writes the tree as a gzip'd tar at out.
 func (t *tree) writeLayer(out string) (err error) {
