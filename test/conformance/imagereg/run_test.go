@@ -1,6 +1,7 @@
 package imagereg_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -168,45 +170,12 @@ func TestAgnhostRunsWithItsImageUser(t *testing.T) {
 // the pause image from the agnhost image's /var/registry.
 func TestAgnhostFakeRegistryServesPauseTesting(t *testing.T) {
 	requireAgnhost(t)
-	root := rootfs(t, "Agnhost")
 	r := registry(t)
-	wantImg := pullOK(t, r, imageByID(t, r, "Pause"))
-	want, err := wantImg.Digest()
+	want, err := pullOK(t, r, imageByID(t, r, "Pause")).Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	cmd := exec.Command("chroot", "--userspec=5123:5123", root, "/agnhost", "fake-registry-server", "--private", fmt.Sprintf("--port=%d", port))
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-
-	base := fmt.Sprintf("http://localhost:%d/v2/", port)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(base)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode != http.StatusUnauthorized {
-				t.Fatalf("GET %s without credentials: %s; want 401", base, resp.Status)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fake-registry-server does not answer on %d: %v; its output:\n%s", port, err, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-
+	port, logs := startFakeRegistry(t)
 	ref := fmt.Sprintf("localhost:%d/pause:testing", port)
 	if _, err := pull(ref, nil); err == nil {
 		t.Fatalf("anonymous pull of %s succeeded", ref)
@@ -222,4 +191,60 @@ func TestAgnhostFakeRegistryServesPauseTesting(t *testing.T) {
 	if got != want {
 		t.Fatalf("%s is %s; the pause image is %s", ref, got, want)
 	}
+}
+
+// startFakeRegistry runs `agnhost fake-registry-server --private` from
+// the agnhost image, as the registry pod of the private-registry specs
+// does (uid 5123), on a free port of localhost, until the test ends.
+func startFakeRegistry(t *testing.T) (int, *syncBuffer) {
+	t.Helper()
+	root := rootfs(t, "Agnhost")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	cmd := exec.Command("chroot", "--userspec=5123:5123", root, "/agnhost", "fake-registry-server", "--private", fmt.Sprintf("--port=%d", port))
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	base := fmt.Sprintf("http://localhost:%d/v2/", port)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(base)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("GET %s without credentials: %s; want 401", base, resp.Status)
+			}
+			return port, logs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fake-registry-server does not answer on %d: %v; its output:\n%s", port, err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's output and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
