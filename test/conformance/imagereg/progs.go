@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 )
 
 // The sources of the two small programs the pause and nonewprivs images
@@ -40,7 +39,7 @@ func buildProg(ctx context.Context, dir, name string) (string, error) {
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return "", fmt.Errorf("build the %s program: the go toolchain is not on PATH: %w", name, err)
 	}
 	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", out, ".")
 	cmd.Dir = srcDir
