@@ -91,16 +91,23 @@ func buildImages(ctx context.Context, dir string, bins Binaries) (map[imageKind]
 
 // agnhostTree is what upstream's agnhost Dockerfile adds to its base:
 // /agnhost and the /agnhost-2 link (entrypoint-tester specs), /uploads
-// (netexec), the image-defined user and group of the SupplementalGroups
-// specs, and fake-registry-server's images (the pause image as
-// pause:testing). Not included: alpine's extra tools (dig, curl, iperf,
-// socat, bash, coredns) and porter's localhost certificate, which no
-// [NodeConformance] spec uses.
+// (netexec), a certificate for localhost at /localhost.crt and
+// /localhost.key (TLS servers of the hook and probe specs), the
+// image-defined user and group of the SupplementalGroups specs, and
+// fake-registry-server's images (the pause image as pause:testing). Not
+// included: alpine's extra tools (dig, curl, iperf, socat, bash, coredns),
+// which no [NodeConformance] spec uses.
 func agnhostTree(agnhost string, pause v1.Image) (*tree, error) {
 	t := newTree()
 	t.hostFile("/agnhost", 0o755, agnhost)
 	t.symlink("/agnhost-2", "agnhost")
 	t.dir("/uploads", 0o755)
+	crt, key, err := localhostCert()
+	if err != nil {
+		return nil, err
+	}
+	t.file("/localhost.crt", 0o644, crt)
+	t.file("/localhost.key", 0o644, key)
 	t.file("/etc/passwd", 0o644, withAccounts(basePasswd,
 		"user-defined-in-image:x:1000:1000:Linux User,,,:/home/user-defined-in-image:/bin/sh"))
 	t.file("/etc/group", 0o644, withAccounts(baseGroup,

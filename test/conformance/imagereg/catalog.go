@@ -62,7 +62,7 @@ var catalog = []Image{
 
 // contents describes each kind of image for Image.Contents.
 var contents = map[imageKind]string{
-	kindAgnhost: "busybox base + static /agnhost (entrypoint /agnhost, cmd pause), /agnhost-2 link, /uploads, " +
+	kindAgnhost: "busybox base + static /agnhost (entrypoint /agnhost, cmd pause), /agnhost-2 link, /uploads, /localhost.crt and .key, " +
 		"user-defined-in-image (1000) in group-defined-in-image (50000), and fake-registry-server's " +
 		"/var/registry/pause (tag testing = the pause image)",
 	kindBusybox:    "Debian's static busybox at /bin/busybox with a link per applet, /etc/passwd and /etc/group, /tmp (cmd sh)",

@@ -48,8 +48,14 @@ func agnhostBinary(dir string) (path string, real bool, err error) {
 	if p := os.Getenv(agnhostEnv); p != "" {
 		return p, true, nil
 	}
+	p, err := writeAgnhostStandIn(dir)
+	return p, false, err
+}
+
+// writeAgnhostStandIn writes a script in place of agnhost into dir.
+func writeAgnhostStandIn(dir string) (string, error) {
 	p := filepath.Join(dir, "agnhost-stand-in")
-	return p, false, os.WriteFile(p, []byte("#!/bin/sh\necho agnhost stand-in\n"), 0o755)
+	return p, os.WriteFile(p, []byte("#!/bin/sh\necho agnhost stand-in\n"), 0o755)
 }
 
 // registry is the package's one registry, started on first use (building

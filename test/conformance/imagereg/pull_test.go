@@ -105,8 +105,12 @@ func TestImagesAreReproducible(t *testing.T) {
 // Close ends the server: the port no longer answers, and a second Close
 // is harmless.
 func TestCloseStopsServing(t *testing.T) {
-	r, err := imagereg.Start(context.Background(), filepath.Join(t.TempDir(), "reg"),
-		imagereg.Binaries{Agnhost: registryAgnhost(t)}, t.Logf)
+	dir := t.TempDir()
+	standIn, err := writeAgnhostStandIn(dir) // small: this test builds its own images
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := imagereg.Start(context.Background(), filepath.Join(dir, "reg"), imagereg.Binaries{Agnhost: standIn}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,13 +125,6 @@ func TestCloseStopsServing(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-}
-
-// registryAgnhost is the agnhost binary the shared registry was built with.
-func registryAgnhost(t *testing.T) string {
-	t.Helper()
-	registry(t)
-	return shared.agnhost
 }
 
 // Start refuses a missing agnhost with a message naming the field.

@@ -3,7 +3,9 @@ package imagereg_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -165,6 +167,56 @@ func TestAgnhostRunsWithItsImageUser(t *testing.T) {
 	}
 }
 
+// The https lifecycle-hook specs run `agnhost netexec` with the image's
+// /localhost.crt and /localhost.key; the kubelet's client does not verify
+// the certificate, but the TLS handshake must work.
+func TestAgnhostServesTLSWithItsLocalhostCertificate(t *testing.T) {
+	requireAgnhost(t)
+	root := rootfs(t, "Agnhost")
+	port := freePort(t)
+	cmd := exec.Command("chroot", root, "/agnhost", "netexec", fmt.Sprintf("--http-port=%d", port), "--udp-port=-1",
+		"--tls-cert-file=/localhost.crt", "--tls-private-key-file=/localhost.key")
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // as the kubelet's https probes and hooks
+	}}
+	url := fmt.Sprintf("https://127.0.0.1:%d/echo?msg=tls-ok", port)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || string(body) != "tls-ok" {
+				t.Fatalf("GET %s: %s %q", url, resp.Status, body)
+			}
+			if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 || resp.TLS.PeerCertificates[0].Subject.CommonName != "localhost" {
+				t.Fatalf("GET %s: not served with the localhost certificate: %+v", url, resp.TLS)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("netexec does not answer %s: %v; its output:\n%s", url, err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 // The private-registry specs run `agnhost fake-registry-server --private`
 // and pull localhost:5000/pause:testing with user:password; it must serve
 // the pause image from the agnhost image's /var/registry.
@@ -199,12 +251,7 @@ func TestAgnhostFakeRegistryServesPauseTesting(t *testing.T) {
 func startFakeRegistry(t *testing.T) (int, *syncBuffer) {
 	t.Helper()
 	root := rootfs(t, "Agnhost")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
+	port := freePort(t)
 	cmd := exec.Command("chroot", "--userspec=5123:5123", root, "/agnhost", "fake-registry-server", "--private", fmt.Sprintf("--port=%d", port))
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
