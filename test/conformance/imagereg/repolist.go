@@ -65,7 +65,7 @@ func writeRepoList(file, host string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "%s: %s # upstream %s\n", k.key, p, k.upstream)
+		fmt.Fprintf(&b, "%s: %q # upstream %s\n", k.key, p, k.upstream)
 	}
 	return os.WriteFile(file, []byte(b.String()), 0o644)
 }
