@@ -48,7 +48,7 @@ var (
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "minilet-bin")
+		dir, err := makeBinDir()
 		if err != nil {
 			buildErr = err
 			return
