@@ -23,10 +23,6 @@ const (
 	sweepMinAge = 10 * time.Minute
 )
 
-// binDirLock is the open lock file of this process's binary directory,
-// kept open (and locked) until the process ends.
-var binDirLock *os.File
-
 // makeBinDir creates this process's binary directory, marks it in use and
 // removes the directories of test processes that have ended.
 func makeBinDir() (string, error) {
@@ -34,15 +30,16 @@ func makeBinDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.Create(filepath.Join(dir, inUseFile))
+	// A raw descriptor, never closed (an *os.File would be closed by its
+	// finalizer once unreferenced): the lock lasts as long as the process.
+	fd, err := syscall.Open(filepath.Join(dir, inUseFile), syscall.O_CREAT|syscall.O_RDONLY|syscall.O_CLOEXEC, 0o644)
 	if err != nil {
 		return "", err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
-		f.Close()
+	if err := syscall.Flock(fd, syscall.LOCK_SH); err != nil {
+		_ = syscall.Close(fd)
 		return "", err
 	}
-	binDirLock = f
 	sweepBinDirs(os.TempDir(), dir, time.Now())
 	return dir, nil
 }
@@ -76,6 +73,6 @@ func unheld(lockPath string) bool {
 	if err != nil {
 		return false
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil
 }
