@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -54,7 +55,7 @@ func StartRegistry(ctx context.Context, dir string, bins Binaries, logf func(str
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{srv: &http.Server{Handler: registry.New(registry.Logger(nil))}, host: ln.Addr().String()}
+	r := &Registry{srv: &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}, host: ln.Addr().String()}
 	go func() { _ = r.srv.Serve(ln) }()
 	ok := false
 	defer func() {
