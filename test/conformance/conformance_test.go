@@ -19,6 +19,7 @@ import (
 
 	"github.com/minilet/minilet/internal/cluster/clusterbin"
 	"github.com/minilet/minilet/internal/cluster/clustertest"
+	"github.com/minilet/minilet/test/conformance/imagereg"
 	"github.com/minilet/minilet/test/harness"
 )
 
@@ -87,7 +88,7 @@ func TestNodeConformance(t *testing.T) {
 	t.Logf("conformance binaries %s (%s)", bins.Dir, time.Since(start).Round(time.Second))
 
 	ctx := context.Background()
-	reg, err := StartRegistry(ctx, t.TempDir(), Binaries{Agnhost: bins.Path(clusterbin.Agnhost)}, t.Logf)
+	reg, err := imagereg.Start(ctx, t.TempDir(), imagereg.Binaries{Agnhost: bins.Path(clusterbin.Agnhost)}, t.Logf)
 	if err != nil {
 		t.Fatalf("test image registry: %v", err)
 	}
@@ -177,7 +178,7 @@ func startNode(t *testing.T, srv *clustertest.Server, rt string) *harness.Agent 
 // e2eArgs are e2e.test's own flags: the cluster, where results go, and
 // what the suite's set-up must expect of a cluster that has one node and
 // no add-ons (no pods in kube-system, no cloud).
-func e2eArgs(srv *clustertest.Server, node *harness.Agent, reg *Registry, reportDir string) []string {
+func e2eArgs(srv *clustertest.Server, node *harness.Agent, reg *imagereg.Registry, reportDir string) []string {
 	args := []string{
 		"--kubeconfig=" + srv.AdminKubeconfig(),
 		"--provider=skeleton",
