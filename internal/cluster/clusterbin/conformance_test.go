@@ -21,7 +21,7 @@ func TestConformanceKey(t *testing.T) {
 		"schema: clusterbin-conformance/1\n",
 		"command: CGO_ENABLED=0 go build -ldflags=-s -w -o OUT/agnhost k8s.io/kubernetes/test/images/agnhost\n",
 		"command: go build -ldflags=-s -w -o OUT/ginkgo github.com/onsi/ginkgo/v2/ginkgo\n",
-		"command: go test -c -ldflags=-s -w -o OUT/e2e.test k8s.io/kubernetes/test/e2e\n",
+		"command: go test -c -vet=off -ldflags=-s -w -o OUT/e2e.test k8s.io/kubernetes/test/e2e\n",
 		"file go.mod ", "file tools.go ",
 	} {
 		if !strings.Contains(desc, want) {
