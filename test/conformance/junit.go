@@ -26,11 +26,15 @@ const (
 
 // Spec is one spec's line of the table.
 type Spec struct {
-	Name    string
+	Name    string // the spec's full text, without ginkgo's "[It] "
 	Result  Result
 	Seconds float64
 	// Detail is the first line of the failure or skip message.
 	Detail string
+	// Suite marks the suite's own set-up and reporting nodes
+	// ([SynchronizedBeforeSuite], [ReportAfterSuite] ...): not specs, so
+	// not counted, and shown only when they fail.
+	Suite bool
 }
 
 // Summary counts a run's results.
@@ -76,7 +80,8 @@ func ParseJUnit(r io.Reader) ([]Spec, Summary, error) {
 	var sum Summary
 	for _, s := range doc.Suites {
 		for _, c := range s.Cases {
-			sp := Spec{Name: c.Name, Seconds: c.Time}
+			name, isSpec := strings.CutPrefix(c.Name, "[It] ")
+			sp := Spec{Name: name, Seconds: c.Time, Suite: !isSpec}
 			switch c.Status {
 			case "passed":
 				sp.Result = Passed
@@ -106,12 +111,13 @@ func ParseJUnit(r io.Reader) ([]Spec, Summary, error) {
 					sp.Detail = c.Status
 				}
 			}
-			switch sp.Result {
-			case Passed:
+			switch {
+			case sp.Suite:
+			case sp.Result == Passed:
 				sum.Passed++
-			case Failed:
+			case sp.Result == Failed:
 				sum.Failed++
-			case Skipped:
+			case sp.Result == Skipped:
 				sum.Skipped++
 			default:
 				sum.NotRun++
@@ -147,13 +153,14 @@ func firstLine(s string) string {
 	return ""
 }
 
-// WriteTable writes the specs that ran (NotRun left out) as a Markdown
-// table: spec | result | time | detail, followed by the summary line.
+// WriteTable writes the specs that ran (NotRun left out) and the suite
+// nodes that failed as a Markdown table: spec | result | time | detail,
+// followed by the summary line.
 func WriteTable(w io.Writer, specs []Spec, sum Summary) error {
 	var b strings.Builder
 	b.WriteString("| spec | result | time | detail |\n| --- | --- | ---: | --- |\n")
 	for _, s := range specs {
-		if s.Result == NotRun {
+		if s.Result == NotRun || (s.Suite && s.Result != Failed) {
 			continue
 		}
 		fmt.Fprintf(&b, "| %s | %s | %.1fs | %s |\n", cell(s.Name), s.Result, s.Seconds, cell(s.Detail))
