@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/minilet
 LINT := $(shell $(GO) env GOPATH)/bin/golangci-lint
 
-.PHONY: build test unit vet lint bench run clean
+.PHONY: build test unit vet lint bench run clean conformance
 
 # The agent starts container monitors from bin/minilet-monitor and enters
 # containers for execs through bin/minilet-exec (both next to it). The exec
@@ -41,6 +41,21 @@ MINILET_CLUSTER ?= 1
 
 unit:
 	GO=$(GO) MINILET_CLUSTER=$(MINILET_CLUSTER) CONTAINERD_STATE=$(CONTAINERD_STATE) ./scripts/test.sh unit
+
+# The upstream e2e suite's [NodeConformance] specs against one minilet node
+# of a real control plane (test/conformance), with the test images from a
+# loopback registry. Not part of `make test`: the first run builds e2e.test,
+# agnhost and ginkgo from hack/conformance (cached by content, like the
+# control plane), and a full run takes hours. The JUnit report, results.md
+# and the logs go to REPORT_DIR (default /tmp/minilet-conformance/...).
+# FOCUS (a ginkgo regexp; default every [NodeConformance] spec), PROCS
+# (parallel ginkgo processes, default 1) and TIMEOUT (default 3h) narrow it.
+RUNTIME ?= embedded
+conformance:
+	MINILET_CONFORMANCE=1 MINILET_CONFORMANCE_RUNTIME=$(RUNTIME) \
+		MINILET_CONFORMANCE_FOCUS='$(FOCUS)' MINILET_CONFORMANCE_PROCS='$(PROCS)' \
+		MINILET_CONFORMANCE_REPORT_DIR='$(REPORT_DIR)' MINILET_CONFORMANCE_TIMEOUT='$(TIMEOUT)' \
+		$(GO) test -count=1 -v -timeout 6h -run '^TestNodeConformance$$' ./test/conformance/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./bench/

@@ -27,6 +27,11 @@
 // file, so that its several-minute build never holds up the control
 // plane's.
 //
+// The conformance harness's binaries (e2e.test, the agnhost test image's
+// program and the ginkgo CLI, [EnsureConformance]) are a third target, also
+// on demand only: hack/conformance, keys named conformance-<key>, lock file
+// conformance.lock. Nothing CI runs by default builds them.
+//
 // This package needs only the standard library, so that the Makefile can
 // start the build (`go run ./internal/cluster/clusterbin/cmd/clusterbin`)
 // before anything else is compiled.
@@ -70,7 +75,7 @@ var Commands = []string{Etcd, KubeAPIServer, ControllerManager, Scheduler, Kubec
 // Kubelet is the upstream kubelet, built only by [EnsureKubelet].
 const Kubelet = "kubelet"
 
-// A target is one set of binaries built by one `go build` in one module,
+// A target is one set of binaries built by `go` commands in one module,
 // cached under its own keys.
 type target struct {
 	what     string // for messages
@@ -81,6 +86,27 @@ type target struct {
 	prefix   string   // of its key directories' names
 	lock     string   // its lock file in the cache directory
 	skip     []string // subdirectories of dir that are not its input (nested modules)
+	// steps, when set, are the target's `go` commands writing into out,
+	// run in order; otherwise its one command is buildArgs.
+	steps func(out string) []step
+}
+
+// A step is one `go` command of a build, with the environment it adds.
+type step struct {
+	env  []string
+	args []string
+}
+
+func (s step) String() string {
+	return strings.TrimSpace(strings.Join(s.env, " ") + " go " + strings.Join(s.args, " "))
+}
+
+// allSteps are t's `go` commands writing into out.
+func (t target) allSteps(out string) []step {
+	if t.steps != nil {
+		return t.steps(out)
+	}
+	return []step{{args: t.buildArgs(out)}}
 }
 
 var controlPlane = target{
@@ -91,6 +117,39 @@ var controlPlane = target{
 var kubeletTarget = target{
 	what: "the kubelet", dir: KubeletModuleDir, commands: []string{"."}, outputs: []string{Kubelet},
 	schema: "clusterbin-kubelet/1", prefix: "kubelet-", lock: "kubelet.lock",
+}
+
+// The conformance harness's binaries, built only by [EnsureConformance].
+const (
+	// E2ETest is the upstream e2e suite's test binary
+	// (`go test -c k8s.io/kubernetes/test/e2e`).
+	E2ETest = "e2e.test"
+	// Agnhost is the program of the agnhost test image, static.
+	Agnhost = "agnhost"
+	// Ginkgo is the ginkgo CLI of the version e2e.test is built with, which
+	// runs it in several processes.
+	Ginkgo = "ginkgo"
+)
+
+// ConformanceOutputs lists what [EnsureConformance] builds.
+var ConformanceOutputs = []string{E2ETest, Agnhost, Ginkgo}
+
+var conformanceTarget = target{
+	what: "the conformance binaries", dir: ConformanceModuleDir, outputs: ConformanceOutputs,
+	schema: "clusterbin-conformance/1", prefix: "conformance-", lock: "conformance.lock",
+	steps: func(out string) []step {
+		return []step{
+			// agnhost runs inside images with nothing else: no libc.
+			{env: []string{"CGO_ENABLED=0"}, args: slices.Concat([]string{"build"}, buildFlags,
+				[]string{"-o", filepath.Join(out, Agnhost), "k8s.io/kubernetes/test/images/agnhost"})},
+			{args: slices.Concat([]string{"build"}, buildFlags,
+				[]string{"-o", filepath.Join(out, Ginkgo), "github.com/onsi/ginkgo/v2/ginkgo"})},
+			// -vet=off: the upstream suite is vetted upstream; vet here
+			// would only cost minutes.
+			{args: slices.Concat([]string{"test", "-c", "-vet=off"}, buildFlags,
+				[]string{"-o", filepath.Join(out, E2ETest), "k8s.io/kubernetes/test/e2e"})},
+		}
+	},
 }
 
 // isKeyDir reports whether name is one of t's key directories.
@@ -162,6 +221,12 @@ func ModuleDir() string {
 // KubeletModuleDir is hack/cluster/kubelet, the kubelet's module.
 func KubeletModuleDir() string { return filepath.Join(ModuleDir(), Kubelet) }
 
+// ConformanceModuleDir is hack/conformance, the module e2e.test, agnhost
+// and ginkgo are built from.
+func ConformanceModuleDir() string {
+	return filepath.Join(ModuleDir(), "..", "conformance")
+}
+
 // BuildArgs is the `go` command line of the one build, writing into out.
 func BuildArgs(out string) []string { return controlPlane.buildArgs(out) }
 
@@ -190,7 +255,7 @@ func (o *onceKey) get(t target) (string, string, error) {
 	return o.key, o.inputs, o.err
 }
 
-var controlPlaneKey, kubeletKey onceKey
+var controlPlaneKey, kubeletKey, conformanceKey onceKey
 
 // Key returns the cache key of the current tree and toolchain, and a
 // description of what went into it. It is computed once per process.
@@ -199,11 +264,19 @@ func Key() (key, inputs string, err error) { return controlPlaneKey.get(controlP
 // KubeletKey is [Key] for the kubelet.
 func KubeletKey() (key, inputs string, err error) { return kubeletKey.get(kubeletTarget) }
 
+// ConformanceKey is [Key] for the conformance binaries.
+func ConformanceKey() (key, inputs string, err error) {
+	return conformanceKey.get(conformanceTarget)
+}
+
 func computeKey(mod string) (string, string, error) { return controlPlane.computeKey(mod) }
 
 func (t target) computeKey(mod string) (string, string, error) {
 	var desc strings.Builder
-	fmt.Fprintf(&desc, "schema: %s\ncommand: go %s\n", t.schema, strings.Join(t.buildArgs("OUT"), " "))
+	fmt.Fprintf(&desc, "schema: %s\n", t.schema)
+	for _, st := range t.allSteps("OUT") {
+		fmt.Fprintf(&desc, "command: %s\n", st)
+	}
 	cmd := exec.Command("go", append([]string{"env"}, keyEnv...)...)
 	cmd.Dir = mod
 	out, err := cmd.Output()
@@ -259,6 +332,14 @@ func Ensure(logf func(format string, args ...any)) (Set, error) {
 // which only the side-by-side benchmark uses. A cold build takes minutes.
 func EnsureKubelet(logf func(format string, args ...any)) (Set, error) {
 	return kubeletTarget.ensure(KubeletKey, logf)
+}
+
+// EnsureConformance is [Ensure] for the conformance harness's binaries
+// (Set.Path of [E2ETest], [Agnhost], [Ginkgo]). A cold build takes many
+// minutes (e2e.test links most of Kubernetes); `make conformance` is its
+// only user.
+func EnsureConformance(logf func(format string, args ...any)) (Set, error) {
+	return conformanceTarget.ensure(ConformanceKey, logf)
 }
 
 func (t target) ensure(keyf func() (string, string, error), logf func(format string, args ...any)) (Set, error) {
@@ -335,13 +416,15 @@ func (t target) build(root string, set Set, inputs string, logf func(string, ...
 		return err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	args := t.buildArgs(tmp)
-	logf("building %s (key %s) in %s: go %s", strings.Join(t.outputs, ", "), set.Key, t.dir(), strings.Join(args, " "))
 	start := time.Now()
-	cmd := exec.Command("go", args...)
-	cmd.Dir = t.dir()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building %s: %w\n%s", t.what, err, out)
+	for _, st := range t.allSteps(tmp) {
+		logf("building %s (key %s) in %s: %s", strings.Join(t.outputs, ", "), set.Key, t.dir(), st)
+		cmd := exec.Command("go", st.args...)
+		cmd.Dir = t.dir()
+		cmd.Env = append(os.Environ(), st.env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s (%s): %w\n%s", t.what, st, err, out)
+		}
 	}
 	took := time.Since(start).Round(time.Second)
 	if err := os.WriteFile(filepath.Join(tmp, "inputs.txt"), []byte(inputs+fmt.Sprintf("built: %s in %s\n", time.Now().UTC().Format(time.RFC3339), took)), 0o644); err != nil {

@@ -16,10 +16,16 @@ import (
 func main() {
 	keyOnly := flag.Bool("key", false, "print the cache key and what went into it, and build nothing")
 	kubelet := flag.Bool("kubelet", false, "the upstream kubelet instead of the control plane (for the side-by-side benchmark only; not part of the tests)")
+	conformance := flag.Bool("conformance", false, "the conformance harness's e2e.test, agnhost and ginkgo instead of the control plane (for `make conformance` only; not part of the tests)")
 	flag.Parse()
 	keyf, ensure := clusterbin.Key, clusterbin.Ensure
-	if *kubelet {
+	switch {
+	case *kubelet && *conformance:
+		log.Fatal("-kubelet and -conformance exclude each other")
+	case *kubelet:
 		keyf, ensure = clusterbin.KubeletKey, clusterbin.EnsureKubelet
+	case *conformance:
+		keyf, ensure = clusterbin.ConformanceKey, clusterbin.EnsureConformance
 	}
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("clusterbin: ")

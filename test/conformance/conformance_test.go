@@ -1,0 +1,290 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/minilet/minilet/internal/cluster/clusterbin"
+	"github.com/minilet/minilet/internal/cluster/clustertest"
+	"github.com/minilet/minilet/test/conformance/imagereg"
+	"github.com/minilet/minilet/test/harness"
+)
+
+// The environment that drives TestNodeConformance (`make conformance`
+// sets it).
+const (
+	// EnvEnable runs the suite: it builds e2e.test (many minutes cold) and
+	// runs for up to hours, so nothing else runs it.
+	EnvEnable = "MINILET_CONFORMANCE"
+	// EnvRuntime is the node's runtime: embedded (default) or containerd
+	// (a private one, started by scripts/containerd-up.sh).
+	EnvRuntime = "MINILET_CONFORMANCE_RUNTIME"
+	// EnvFocus is the specs to run, a ginkgo focus regexp (default
+	// DefaultFocus).
+	EnvFocus = "MINILET_CONFORMANCE_FOCUS"
+	// EnvProcs is how many ginkgo processes run specs at once (default 1).
+	EnvProcs = "MINILET_CONFORMANCE_PROCS"
+	// EnvReportDir is where the JUnit report, the results table and the
+	// logs go (default /tmp/minilet-conformance/RUNTIME-TIME).
+	EnvReportDir = "MINILET_CONFORMANCE_REPORT_DIR"
+	// EnvTimeout bounds the whole suite (ginkgo --timeout; default 3h).
+	EnvTimeout = "MINILET_CONFORMANCE_TIMEOUT"
+)
+
+// DefaultFocus selects every spec tagged [NodeConformance].
+const DefaultFocus = `\[NodeConformance\]`
+
+// TestNodeConformance runs the upstream e2e suite's [NodeConformance] specs
+// against one minilet node of a real control plane, with the test images
+// from a loopback registry, and writes the results table (results.md) into
+// the report directory. Spec failures are its findings, not its failure:
+// it fails only when the suite could not run (no report, or the suite's
+// set-up failed).
+func TestNodeConformance(t *testing.T) {
+	if os.Getenv(EnvEnable) != "1" {
+		t.Skipf("the upstream [NodeConformance] specs run only with %s=1 (make conformance RUNTIME=embedded|containerd): the first run builds e2e.test (many minutes), a full run takes hours", EnvEnable)
+	}
+	t.Setenv(clustertest.EnvEnable, "1") // the control plane of the cluster tests
+	rt := envOr(EnvRuntime, "embedded")
+	if rt != "embedded" && rt != "containerd" {
+		t.Fatalf("%s=%q: want embedded or containerd", EnvRuntime, rt)
+	}
+	procs, err := strconv.Atoi(envOr(EnvProcs, "1"))
+	if err != nil || procs < 1 {
+		t.Fatalf("%s=%q: want a positive number of processes", EnvProcs, os.Getenv(EnvProcs))
+	}
+	timeout, err := time.ParseDuration(envOr(EnvTimeout, "3h"))
+	if err != nil {
+		t.Fatalf("%s: %v", EnvTimeout, err)
+	}
+	skip, err := readSkipList(filepath.Join(sourceDir(), "skip.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reportDir := envOr(EnvReportDir, filepath.Join(os.TempDir(), "minilet-conformance", rt+"-"+time.Now().UTC().Format("20060102-150405")))
+	if err := os.MkdirAll(reportDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report directory: %s", reportDir)
+
+	start := time.Now()
+	bins, err := clusterbin.EnsureConformance(t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("conformance binaries %s (%s)", bins.Dir, time.Since(start).Round(time.Second))
+
+	ctx := context.Background()
+	reg, err := imagereg.Start(ctx, t.TempDir(), imagereg.Binaries{Agnhost: bins.Path(clusterbin.Agnhost)}, t.Logf)
+	if err != nil {
+		t.Fatalf("test image registry: %v", err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
+
+	srv := clustertest.Start(t, clustertest.Options{ControlPlane: true})
+	node := startNode(t, srv, rt)
+
+	args := e2eArgs(srv, node, reg, reportDir)
+	focus := envOr(EnvFocus, DefaultFocus)
+	cmd := e2eCommand(bins, procs, focus, skip, timeout, args)
+	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+reg.RepoList())
+	logPath := filepath.Join(reportDir, "e2e.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close() //nolint:errcheck // written by the child; closed after
+	// The run takes long: its progress goes to the terminal as it comes.
+	cmd.Stdout = io.MultiWriter(logFile, os.Stdout)
+	cmd.Stderr = cmd.Stdout
+	t.Logf("running (focus %q, %d skip entries, %d procs): %s", focus, len(skip), procs, strings.Join(cmd.Args, " "))
+	start = time.Now()
+	runErr := cmd.Run()
+	t.Logf("e2e run ended after %s: %v (log %s)", time.Since(start).Round(time.Second), runErr, logPath)
+	if err := os.WriteFile(filepath.Join(reportDir, "minilet.log"), []byte(node.Logs()), 0o644); err != nil {
+		t.Error(err)
+	}
+
+	specs, sum, err := ParseJUnitFile(filepath.Join(reportDir, "junit_01.xml"))
+	if err != nil {
+		t.Fatalf("no results (e2e.test: %v): %v", runErr, err)
+	}
+	table := filepath.Join(reportDir, "results.md")
+	f, err := os.Create(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "# [NodeConformance] on minilet (%s runtime)\n\nfocus `%s`, skip list test/conformance/skip.txt, %s, %s\n\n",
+		rt, focus, time.Now().UTC().Format(time.RFC3339), runtime.Version())
+	if err := WriteTable(f, specs, sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		if s.Result == Failed {
+			t.Logf("FAILED %s: %s", s.Name, s.Detail)
+		}
+	}
+	t.Logf("%s runtime: %s; table %s", rt, sum, table)
+	for _, s := range specs {
+		if strings.Contains(s.Name, "BeforeSuite") && s.Result == Failed {
+			t.Errorf("the suite's set-up failed, no spec ran: %s", s.Detail)
+		}
+	}
+}
+
+// startNode joins one minilet to srv on runtime rt and waits until its node
+// is Ready.
+func startNode(t *testing.T, srv *clustertest.Server, rt string) *harness.Agent {
+	t.Helper()
+	a := harness.New(t)
+	a.NodeName = fmt.Sprintf("minilet-%d", os.Getpid()%100000)
+	a.ExtraArgs = srv.AgentArgs(a.NodeName)
+	if rt == "containerd" {
+		a.ExtraArgs = append(a.ExtraArgs, "--container-runtime-endpoint", privateContainerd(t))
+	}
+	a.Start()
+	ctx := context.Background()
+	harness.Eventually(t, "the node registered and Ready", func() (bool, string) {
+		n, err := srv.Admin.CoreV1().Nodes().Get(ctx, a.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == v1.NodeReady {
+				return c.Status == v1.ConditionTrue, c.Message
+			}
+		}
+		return false, "no Ready condition"
+	})
+	return a
+}
+
+// e2eArgs are e2e.test's own flags: the cluster, where results go, and
+// what the suite's set-up must expect of a cluster that has one node and
+// no add-ons (no pods in kube-system, no cloud).
+func e2eArgs(srv *clustertest.Server, node *harness.Agent, reg *imagereg.Registry, reportDir string) []string {
+	args := []string{
+		"--kubeconfig=" + srv.AdminKubeconfig(),
+		"--provider=skeleton",
+		"--kubectl-path=" + srv.KubectlCommand().Path,
+		"--report-dir=" + reportDir,
+		"--e2e-output-dir=" + reportDir,
+		"--kube-test-repo-list=" + reg.RepoList(),
+		// kube-system is empty: no add-on pods to wait for.
+		"--minStartupPods=0",
+		"--allowed-not-ready-nodes=0",
+		"--node-os-distro=debian",
+		"--kubelet-root-dir=" + node.RootDir,
+		"--dump-logs-on-failure=true",
+		"--disable-log-dump",
+	}
+	for _, a := range node.ExtraArgs {
+		if ep, ok := strings.CutPrefix(a, "unix://"); ok {
+			args = append(args, "--container-runtime-endpoint=unix://"+ep)
+		}
+	}
+	return args
+}
+
+// e2eCommand runs e2e.test, in procs ginkgo processes through the ginkgo
+// CLI when procs > 1.
+func e2eCommand(bins clusterbin.Set, procs int, focus string, skip []string, timeout time.Duration, args []string) *exec.Cmd {
+	gflags := []string{"focus=" + focus, "timeout=" + timeout.String(), "no-color", "silence-skips"}
+	if len(skip) > 0 {
+		gflags = append(gflags, "skip="+strings.Join(skip, "|"))
+	}
+	if procs == 1 {
+		all := append([]string{}, args...)
+		for _, f := range gflags {
+			all = append(all, "--ginkgo."+f)
+		}
+		return exec.Command(bins.Path(clusterbin.E2ETest), all...)
+	}
+	all := []string{fmt.Sprintf("--procs=%d", procs)}
+	for _, f := range gflags {
+		all = append(all, "--"+f)
+	}
+	all = append(all, bins.Path(clusterbin.E2ETest), "--")
+	return exec.Command(bins.Path(clusterbin.Ginkgo), append(all, args...)...)
+}
+
+// readSkipList reads skip.txt: one ginkgo skip regexp a line, each after
+// the comment lines (#) that argue it; blank lines separate entries.
+func readSkipList(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() //nolint:errcheck // read only
+	var entries []string
+	argued := false
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "":
+			argued = false
+		case strings.HasPrefix(line, "#"):
+			argued = argued || strings.TrimSpace(strings.TrimPrefix(line, "#")) != ""
+		case !argued:
+			return nil, fmt.Errorf("%s:%d: skip entry %q has no reason: put the comment that argues it right above it", path, n, line)
+		default:
+			entries = append(entries, line)
+		}
+	}
+	return entries, sc.Err()
+}
+
+// privateContainerd starts a containerd of the test's own with
+// scripts/containerd-up.sh, removed with all it ran when the test ends,
+// and returns its CRI endpoint.
+func privateContainerd(t *testing.T) string {
+	t.Helper()
+	state, err := os.MkdirTemp("", "mlt-cd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := filepath.Join(sourceDir(), "..", "..", "scripts")
+	t.Cleanup(func() {
+		if out, err := exec.Command(filepath.Join(scripts, "containerd-down.sh"), state).CombinedOutput(); err != nil {
+			t.Errorf("containerd-down.sh: %v\n%s", err, out)
+		}
+	})
+	cmd := exec.Command(filepath.Join(scripts, "containerd-up.sh"), state)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("containerd-up.sh: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+func sourceDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(file)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
