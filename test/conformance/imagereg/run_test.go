@@ -1,24 +1,22 @@
 package imagereg_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/minilet/minilet/test/harness"
 )
 
 // The images' programs run: each test unpacks a pulled image and runs
@@ -173,10 +171,10 @@ func TestAgnhostRunsWithItsImageUser(t *testing.T) {
 func TestAgnhostServesTLSWithItsLocalhostCertificate(t *testing.T) {
 	requireAgnhost(t)
 	root := rootfs(t, "Agnhost")
-	port := freePort(t)
+	port := harness.FreePort(t)
 	cmd := exec.Command("chroot", root, "/agnhost", "netexec", fmt.Sprintf("--http-port=%d", port), "--udp-port=-1",
 		"--tls-cert-file=/localhost.crt", "--tls-private-key-file=/localhost.key")
-	logs := &syncBuffer{}
+	logs := &harness.Output{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -205,16 +203,6 @@ func TestAgnhostServesTLSWithItsLocalhostCertificate(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // The private-registry specs run `agnhost fake-registry-server --private`
@@ -248,12 +236,12 @@ func TestAgnhostFakeRegistryServesPauseTesting(t *testing.T) {
 // startFakeRegistry runs `agnhost fake-registry-server --private` from
 // the agnhost image, as the registry pod of the private-registry specs
 // does (uid 5123), on a free port of localhost, until the test ends.
-func startFakeRegistry(t *testing.T) (int, *syncBuffer) {
+func startFakeRegistry(t *testing.T) (int, *harness.Output) {
 	t.Helper()
 	root := rootfs(t, "Agnhost")
-	port := freePort(t)
+	port := harness.FreePort(t)
 	cmd := exec.Command("chroot", "--userspec=5123:5123", root, "/agnhost", "fake-registry-server", "--private", fmt.Sprintf("--port=%d", port))
-	logs := &syncBuffer{}
+	logs := &harness.Output{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -276,22 +264,4 @@ func startFakeRegistry(t *testing.T) (int, *syncBuffer) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
