@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/minilet/minilet/internal/cri/embedded/monitorproc"
 	"github.com/minilet/minilet/internal/errdefs"
@@ -70,8 +71,11 @@ func unsupported(sc *runtimeapi.LinuxContainerSecurityContext, sandbox *runtimea
 	if p := sc.GetApparmorProfile(); p != "" && p != "unconfined" { //nolint:staticcheck // older CRI clients still send it; it must not be ignored silently
 		return fail("securityContext.appArmorProfile", "AppArmor profiles are not supported by the embedded runtime")
 	}
-	if o := sc.GetSelinuxOptions(); o.GetUser() != "" || o.GetRole() != "" || o.GetType() != "" || o.GetLevel() != "" {
-		return fail("securityContext.seLinuxOptions", "SELinux labels are not supported by the embedded runtime")
+	// On a host without SELinux a label means nothing and runc and
+	// containerd ignore it (the upstream specs set one on many pods); on a
+	// host enforcing SELinux, running unlabelled would weaken the pod.
+	if o := sc.GetSelinuxOptions(); (o.GetUser() != "" || o.GetRole() != "" || o.GetType() != "" || o.GetLevel() != "") && selinuxEnabled() {
+		return fail("securityContext.seLinuxOptions", "SELinux labels are not supported by the embedded runtime, and this host has SELinux enabled")
 	}
 	for _, ns := range []*runtimeapi.NamespaceOption{sc.GetNamespaceOptions(), sandbox.GetLinux().GetSecurityContext().GetNamespaceOptions()} {
 		if u := ns.GetUsernsOptions(); u != nil && u.GetMode() == runtimeapi.NamespaceMode_POD {
@@ -82,6 +86,14 @@ func unsupported(sc *runtimeapi.LinuxContainerSecurityContext, sandbox *runtimea
 		return fail("securityContext.runAsUser", "both a user name and a uid were given")
 	}
 	return nil
+}
+
+// selinuxEnabled tells whether the host has SELinux on: its filesystem
+// is mounted (as runc's and containerd's SELinux library decide). A
+// variable so tests can set it.
+var selinuxEnabled = func() bool {
+	_, err := os.Stat("/sys/fs/selinux/enforce")
+	return err == nil
 }
 
 // hostNamespaces are the agent's own namespaces, by which the container
