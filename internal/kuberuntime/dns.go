@@ -202,15 +202,9 @@ func (m *Manager) hostsFile(pod *v1.Pod, podIP string) ([]byte, error) {
 	} else {
 		b.WriteString("# Kubernetes-managed hosts file.\n")
 		b.WriteString("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n")
-		hostname := pod.Spec.Hostname
-		if hostname == "" {
-			hostname = pod.Name
-		}
-		if len(hostname) > 63 {
-			hostname = strings.TrimRight(hostname[:63], "-.")
-		}
-		if pod.Spec.Subdomain != "" && m.cfg.ClusterDomain != "" {
-			fmt.Fprintf(&b, "%s\t%s.%s.%s.svc.%s\t%s\n", podIP, hostname, pod.Spec.Subdomain, pod.Namespace, m.cfg.ClusterDomain, hostname)
+		hostname, domain := podHostname(pod, m.cfg.ClusterDomain)
+		if domain != "" {
+			fmt.Fprintf(&b, "%s\t%s.%s\t%s\n", podIP, hostname, domain, hostname)
 		} else {
 			fmt.Fprintf(&b, "%s\t%s\n", podIP, hostname)
 		}

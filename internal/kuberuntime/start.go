@@ -24,9 +24,9 @@ const (
 func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) *runtimeapi.PodSandboxConfig {
 	// As the kubelet: a host-network pod keeps the node's hostname, so the
 	// sandbox gets none (runtimes refuse one without a private UTS namespace).
-	hostname := pod.Spec.Hostname
-	if hostname == "" {
-		hostname = pod.Name
+	hostname, err := kernelHostname(pod, m.cfg.ClusterDomain)
+	if err != nil { // createSandbox refuses the pod before it gets here
+		hostname, _ = podHostname(pod, m.cfg.ClusterDomain)
 	}
 	if pod.Spec.HostNetwork {
 		hostname = ""
@@ -82,6 +82,10 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) *runtimeapi.PodSand
 
 // createSandbox runs a new sandbox and returns its ID and IP.
 func (m *Manager) createSandbox(ctx context.Context, pod *v1.Pod, attempt uint32) (id, ip string, err error) {
+	if _, err := kernelHostname(pod, m.cfg.ClusterDomain); err != nil {
+		m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+		return "", "", fmt.Errorf("pod %s: %w", podDesc(pod), err)
+	}
 	cfg := m.sandboxConfig(pod, attempt)
 	// DNS only for a new sandbox (the runtime writes its resolv.conf
 	// once), so that MissingClusterDNS comes once per sandbox, not per sync.
