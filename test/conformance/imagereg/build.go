@@ -3,6 +3,8 @@ package imagereg
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -94,9 +96,10 @@ func buildImages(ctx context.Context, dir string, bins Binaries) (map[imageKind]
 // (netexec), a certificate for localhost at /localhost.crt and
 // /localhost.key (TLS servers of the hook and probe specs), the
 // image-defined user and group of the SupplementalGroups specs, and
-// fake-registry-server's images (the pause image as pause:testing). Not
-// included: alpine's extra tools (dig, curl, iperf, socat, bash, coredns),
-// which no [NodeConformance] spec uses.
+// fake-registry-server's images (the pause image as pause:testing), and
+// curl (the lifecycle hook specs' exec hooks call it), the host's own with
+// its shared libraries. Not included: alpine's other extra tools (dig,
+// iperf, socat, bash, coredns), which no [NodeConformance] spec uses.
 func agnhostTree(agnhost string, pause v1.Image) (*tree, error) {
 	t := newTree()
 	t.hostFile("/agnhost", 0o755, agnhost)
@@ -117,5 +120,29 @@ func agnhostTree(agnhost string, pause v1.Image) (*tree, error) {
 	if err := addFakeRegistry(t, pause); err != nil {
 		return nil, err
 	}
+	if err := addHostProgram(t, "/usr/bin/curl"); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// addHostProgram puts the host's dynamically linked program into t at its
+// own path, with the shared libraries and loader ldd names for it.
+func addHostProgram(t *tree, prog string) error {
+	out, err := exec.Command("ldd", prog).Output()
+	if err != nil {
+		return fmt.Errorf("%s (install it on the host: the images need it): ldd: %w", prog, err)
+	}
+	t.hostFile(prog, 0o755, prog)
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)" or
+		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; linux-vdso has no file.
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "/") {
+				t.hostFile(f, 0o755, f)
+				break
+			}
+		}
+	}
+	return nil
 }

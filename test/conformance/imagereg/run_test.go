@@ -165,6 +165,16 @@ func TestAgnhostRunsWithItsImageUser(t *testing.T) {
 	}
 }
 
+// The exec lifecycle-hook specs run `sh -c "curl http://..."` in the
+// agnhost image: curl runs there, with the libraries it brought.
+func TestAgnhostHasCurl(t *testing.T) {
+	requireAgnhost(t)
+	root := rootfs(t, "Agnhost")
+	if out := chrootRun(t, root, "curl", "--version"); !strings.HasPrefix(out, "curl ") {
+		t.Fatalf("curl --version in the agnhost image: %q", out)
+	}
+}
+
 // The https lifecycle-hook specs run `agnhost netexec` with the image's
 // /localhost.crt and /localhost.key; the kubelet's client does not verify
 // the certificate, but the TLS handshake must work.
