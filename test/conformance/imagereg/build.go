@@ -97,9 +97,10 @@ func buildImages(ctx context.Context, dir string, bins Binaries) (map[imageKind]
 // /localhost.key (TLS servers of the hook and probe specs), the
 // image-defined user and group of the SupplementalGroups specs, and
 // fake-registry-server's images (the pause image as pause:testing), and
-// curl (the lifecycle hook specs' exec hooks call it), the host's own with
-// its shared libraries. Not included: alpine's other extra tools (dig,
-// iperf, socat, bash, coredns), which no [NodeConformance] spec uses.
+// curl and bash (the lifecycle hook specs' exec hooks call curl, the
+// sidecar probe specs run /bin/bash), the host's own with their shared
+// libraries. Not included: alpine's other extra tools (dig, iperf, socat,
+// coredns).
 func agnhostTree(agnhost string, pause v1.Image) (*tree, error) {
 	t := newTree()
 	t.hostFile("/agnhost", 0o755, agnhost)
@@ -120,8 +121,10 @@ func agnhostTree(agnhost string, pause v1.Image) (*tree, error) {
 	if err := addFakeRegistry(t, pause); err != nil {
 		return nil, err
 	}
-	if err := addHostProgram(t, "/usr/bin/curl"); err != nil {
-		return nil, err
+	for _, prog := range []string{"/usr/bin/curl", "/bin/bash"} {
+		if err := addHostProgram(t, prog); err != nil {
+			return nil, err
+		}
 	}
 	return t, nil
 }

@@ -166,12 +166,16 @@ func TestAgnhostRunsWithItsImageUser(t *testing.T) {
 }
 
 // The exec lifecycle-hook specs run `sh -c "curl http://..."` in the
-// agnhost image: curl runs there, with the libraries it brought.
-func TestAgnhostHasCurl(t *testing.T) {
+// agnhost image, the sidecar probe specs /bin/bash: both run there, with
+// the libraries they brought.
+func TestAgnhostHasCurlAndBash(t *testing.T) {
 	requireAgnhost(t)
 	root := rootfs(t, "Agnhost")
 	if out := chrootRun(t, root, "curl", "--version"); !strings.HasPrefix(out, "curl ") {
 		t.Fatalf("curl --version in the agnhost image: %q", out)
+	}
+	if out := chrootRun(t, root, "/bin/bash", "-c", "echo $BASH_VERSION"); !strings.HasPrefix(out, "5.") {
+		t.Fatalf("bash in the agnhost image: %q", out)
 	}
 }
 
