@@ -15,14 +15,15 @@ import (
 )
 
 // TestHTTPPreStopHook runs a preStop httpGet hook against a real local
-// server (named port, custom header) and reports a failing one.
+// server (named port, custom header, a path with a query, as the upstream
+// lifecycle specs use) and reports a failing one.
 func TestHTTPPreStopHook(t *testing.T) {
 	var hits atomic.Int32
 	var header atomic.Value
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		header.Store(r.Header.Get("X-Reason"))
-		if r.URL.Path != "/shutdown" {
+		if r.URL.Path != "/shutdown" || r.URL.Query().Get("msg") != "prestop" {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
 	}))
@@ -33,7 +34,7 @@ func TestHTTPPreStopHook(t *testing.T) {
 	for _, tc := range []struct {
 		path   string
 		failed bool
-	}{{"/shutdown", false}, {"/broken", true}} {
+	}{{"/shutdown?msg=prestop", false}, {"/broken?msg=prestop", true}} {
 		e := newEnv(t)
 		pod := mkPod(v1.RestartPolicyAlways, nil, "a")
 		c := &pod.Spec.Containers[0]

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	probehttp "github.com/minilet/minilet/internal/prober/probe/http"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -271,44 +269,24 @@ func (m *Manager) runHook(ctx context.Context, pod *v1.Pod, c *v1.Container, id,
 }
 
 func (m *Manager) httpHook(ctx context.Context, c *v1.Container, podIP string, g *v1.HTTPGetAction, timeout time.Duration) error {
-	host := g.Host
-	if host == "" {
-		host = podIP
+	if podIP == "" {
+		podIP = m.cfg.HostIP
 	}
-	if host == "" {
-		host = m.cfg.HostIP
+	if podIP == "" {
+		podIP = "127.0.0.1"
 	}
-	if host == "" {
-		host = "127.0.0.1"
+	// The request as a probe's: the path may carry a query, named ports
+	// resolve, the kubelet's headers.
+	req, err := probehttp.NewRequest(g, c, podIP)
+	if err != nil {
+		return err
 	}
-	port := g.Port.IntValue()
-	if port == 0 {
-		for _, p := range c.Ports {
-			if p.Name == g.Port.String() {
-				port = int(p.ContainerPort)
-			}
-		}
-	}
-	if port == 0 {
-		return fmt.Errorf("port %q not found in container %q", g.Port.String(), c.Name)
-	}
-	scheme := strings.ToLower(string(g.Scheme))
-	if scheme == "" {
-		scheme = "http"
-	}
-	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: g.Path}
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return err
-	}
-	for _, h := range g.HTTPHeaders {
-		req.Header.Add(h.Name, h.Value)
-	}
+	req = req.WithContext(ctx)
 	resp, err := m.hookClient.Do(req)
 	if err != nil {
 		return err
