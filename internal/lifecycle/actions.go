@@ -18,20 +18,13 @@ func restartPolicy(pod *v1.Pod) v1.RestartPolicy {
 	return pod.Spec.RestartPolicy
 }
 
-// shouldRestart says whether a container that is not running should be
-// started (again) under the pod's restart policy.
-func shouldRestart(st *container.ContainerStatus, policy v1.RestartPolicy) bool {
+// shouldStart says whether an app container that is not running should be
+// started (again): its restart rules and policy, else the pod's.
+func shouldStart(c *v1.Container, st *container.ContainerStatus, policy v1.RestartPolicy) bool {
 	if st == nil || st.State != container.StateExited {
 		return true // never ran, or only created: start it
 	}
-	switch policy {
-	case v1.RestartPolicyNever:
-		return false
-	case v1.RestartPolicyOnFailure:
-		return st.ExitCode != 0
-	default:
-		return true
-	}
+	return podspec.RestartsAfterExit(c, policy, int32(st.ExitCode))
 }
 
 // computeActions decides what one sync does to a pod, from its spec, the
@@ -81,18 +74,19 @@ func computeActions(pod *v1.Pod, ps *container.PodStatus, probes ProbeResults) c
 		c := &pod.Spec.Containers[i]
 		st := ps.FindContainer(c.Name)
 		if st == nil || st.State != container.StateRunning {
-			if shouldRestart(st, policy) {
+			if shouldStart(c, st, policy) {
 				acts.ContainersToStart = append(acts.ContainersToStart, i)
 			}
 			continue
 		}
-		k, kill := checkRunning(c, st, policy, probes)
+		own := podspec.RestartPolicyOf(c, policy)
+		k, kill := checkRunning(c, st, own, probes)
 		if !kill {
 			keep++
 			continue
 		}
 		acts.ContainersToKill = append(acts.ContainersToKill, k)
-		if k.Reason == "" || policy != v1.RestartPolicyNever {
+		if k.Reason == "" || own != v1.RestartPolicyNever {
 			acts.ContainersToStart = append(acts.ContainersToStart, i)
 		}
 	}
@@ -118,8 +112,9 @@ func newSandboxActions(pod *v1.Pod, ps *container.PodStatus, policy v1.RestartPo
 		return acts
 	}
 	for i := range pod.Spec.Containers {
-		st := ps.FindContainer(pod.Spec.Containers[i].Name)
-		if policy == v1.RestartPolicyOnFailure && st != nil && st.State == container.StateExited && st.ExitCode == 0 {
+		c := &pod.Spec.Containers[i]
+		st := ps.FindContainer(c.Name)
+		if podspec.RestartPolicyOf(c, policy) == v1.RestartPolicyOnFailure && st != nil && st.State == container.StateExited && st.ExitCode == 0 {
 			continue // succeeded; a new sandbox does not change that
 		}
 		acts.ContainersToStart = append(acts.ContainersToStart, i)

@@ -51,6 +51,15 @@ func TestComputeActions(t *testing.T) {
 	withInit := mkPod(always, []v1.Container{initC("i1", false), initC("i2", false)}, "a")
 	withInitNever := mkPod(never, []v1.Container{initC("i1", false)}, "a")
 	withSidecar := mkPod(always, []v1.Container{initC("side", true), initC("i1", false)}, "a")
+	// Container restart rules (ContainerRestartRules): a restarts on exit
+	// code 42 only; b follows the pod (never).
+	containerNever, containerAlways := v1.ContainerRestartPolicyNever, v1.ContainerRestartPolicyAlways
+	withRules := mkPod(never, nil, "a", "b")
+	withRules.Spec.Containers[0].RestartPolicy = &containerNever
+	withRules.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	ownAlways := mkPod(never, nil, "a")
+	ownAlways.Spec.Containers[0].RestartPolicy = &containerAlways
 	changed := mkPod(always, nil, "a")
 	changedStatus := st(changed, "a", container.StateRunning, 0, 1)
 	changedStatus.Hash++
@@ -75,6 +84,15 @@ func TestComputeActions(t *testing.T) {
 		{name: "onFailure restarts only failures", pod: mkPod(onFailure, nil, "a", "b"), sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(apps, "a", container.StateExited, 0, 1), st(apps, "b", container.StateExited, 1, 1)},
 			want: container.PodActions{SandboxID: "sb", ContainersToStart: []int{1}}},
+		{name: "a restart rule matching the exit code restarts under pod policy never", pod: withRules, sbs: []*container.SandboxStatus{ready},
+			cs:   []*container.ContainerStatus{st(withRules, "a", container.StateExited, 42, 1), st(withRules, "b", container.StateExited, 1, 1)},
+			want: container.PodActions{SandboxID: "sb", ContainersToStart: []int{0}}},
+		{name: "no rule matching: the container's own policy, then the pod's", pod: withRules, sbs: []*container.SandboxStatus{ready},
+			cs:   []*container.ContainerStatus{st(withRules, "a", container.StateExited, 1, 1), st(withRules, "b", container.StateExited, 1, 1)},
+			want: container.PodActions{SandboxID: "sb", KillPod: true}},
+		{name: "a container's restartPolicy Always beats the pod's never", pod: ownAlways, sbs: []*container.SandboxStatus{ready},
+			cs:   []*container.ContainerStatus{st(ownAlways, "a", container.StateExited, 0, 1)},
+			want: container.PodActions{SandboxID: "sb", ContainersToStart: []int{0}}},
 		{name: "never: all done kills the pod", pod: mkPod(never, nil, "a", "b"), sbs: []*container.SandboxStatus{ready},
 			cs:   []*container.ContainerStatus{st(apps, "a", container.StateExited, 0, 1), st(apps, "b", container.StateExited, 1, 1)},
 			want: container.PodActions{SandboxID: "sb", KillPod: true}},

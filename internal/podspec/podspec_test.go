@@ -210,8 +210,18 @@ func TestValidate(t *testing.T) {
 			p.Spec.InitContainers = []v1.Container{{Name: "i", Image: "host",
 				LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}, SuccessThreshold: 1}}}
 		}, []string{"spec.initContainers[0].livenessProbe: Forbidden"}},
-		{"container restart policy", func(p *v1.Pod) { p.Spec.Containers[0].RestartPolicy = ptr(v1.ContainerRestartPolicyAlways) },
-			[]string{"spec.containers[0].restartPolicy: Forbidden"}},
+		{"container restart policy", func(p *v1.Pod) { p.Spec.Containers[0].RestartPolicy = ptr(v1.ContainerRestartPolicyAlways) }, nil},
+		{"container restart policy unknown", func(p *v1.Pod) { p.Spec.Containers[0].RestartPolicy = ptr("Sometimes") },
+			[]string{`spec.containers[0].restartPolicy: Unsupported value: "Sometimes"`}},
+		{"restart rule ok", func(p *v1.Pod) {
+			p.Spec.Containers[0].RestartPolicy = ptr(v1.ContainerRestartPolicyNever)
+			p.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+				ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+		}, nil},
+		{"restart rule needs the container's policy and exit codes", func(p *v1.Pod) {
+			p.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestartAllContainers}}
+		}, []string{"spec.containers[0].restartPolicy: Required value", `spec.containers[0].restartPolicyRules[0].action: Unsupported value: "RestartAllContainers"`,
+			"spec.containers[0].restartPolicyRules[0].exitCodes: Required value"}},
 		{"mount without volume", func(p *v1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
 		}, []string{`spec.containers[0].volumeMounts[0].name: Not found: "data"`}},

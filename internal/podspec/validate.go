@@ -73,9 +73,7 @@ func validateSpec(spec *v1.PodSpec, p *field.Path) field.ErrorList {
 		c := &spec.Containers[i]
 		cp := p.Child("containers").Index(i)
 		errs = append(errs, validateContainer(c, cp, names, volumes)...)
-		if c.RestartPolicy != nil {
-			errs = append(errs, field.Forbidden(cp.Child("restartPolicy"), "may not be set for non-init containers"))
-		}
+		errs = append(errs, validateRestartRules(c, cp)...)
 	}
 	return errs
 }
@@ -101,6 +99,46 @@ func validateVolumes(vols []v1.Volume, p *field.Path) (sets.Set[string], field.E
 		}
 	}
 	return names, errs
+}
+
+// validateRestartRules checks an app container's restartPolicy and
+// restartPolicyRules (ContainerRestartRules, beta and on in 1.37): rules
+// need an explicit restartPolicy, restart on exit codes only, at most 20.
+func validateRestartRules(c *v1.Container, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if c.RestartPolicy != nil {
+		switch *c.RestartPolicy {
+		case v1.ContainerRestartPolicyAlways, v1.ContainerRestartPolicyOnFailure, v1.ContainerRestartPolicyNever:
+		default:
+			errs = append(errs, field.NotSupported(p.Child("restartPolicy"), *c.RestartPolicy, []string{
+				string(v1.ContainerRestartPolicyAlways), string(v1.ContainerRestartPolicyOnFailure), string(v1.ContainerRestartPolicyNever)}))
+		}
+	}
+	if len(c.RestartPolicyRules) == 0 {
+		return errs
+	}
+	rp := p.Child("restartPolicyRules")
+	if c.RestartPolicy == nil {
+		errs = append(errs, field.Required(p.Child("restartPolicy"), "must be set when restartPolicyRules are given"))
+	}
+	if len(c.RestartPolicyRules) > 20 {
+		errs = append(errs, field.TooMany(rp, len(c.RestartPolicyRules), 20))
+	}
+	for i, r := range c.RestartPolicyRules {
+		if r.Action != v1.ContainerRestartRuleActionRestart {
+			errs = append(errs, field.NotSupported(rp.Index(i).Child("action"), r.Action, []string{string(v1.ContainerRestartRuleActionRestart)}))
+		}
+		switch {
+		case r.ExitCodes == nil:
+			errs = append(errs, field.Required(rp.Index(i).Child("exitCodes"), "must be set"))
+		case r.ExitCodes.Operator != v1.ContainerRestartRuleOnExitCodesOpIn && r.ExitCodes.Operator != v1.ContainerRestartRuleOnExitCodesOpNotIn:
+			errs = append(errs, field.NotSupported(rp.Index(i).Child("exitCodes", "operator"), r.ExitCodes.Operator, []string{
+				string(v1.ContainerRestartRuleOnExitCodesOpIn), string(v1.ContainerRestartRuleOnExitCodesOpNotIn)}))
+		case len(r.ExitCodes.Values) > 255:
+			errs = append(errs, field.TooMany(rp.Index(i).Child("exitCodes", "values"), len(r.ExitCodes.Values), 255))
+		}
+	}
+	return errs
 }
 
 // validateInitOnly checks the rules that differ for init containers: the only

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/minilet/minilet/internal/podspec"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -112,7 +113,8 @@ func (m *Manager) doProbe(ctx context.Context, w *worker) (keepGoing bool) {
 	if c.State.Running == nil {
 		m.setResult(w, w.containerID, Failure)
 		// Keep going unless the container is gone for good.
-		return c.State.Terminated == nil || w.pod.Spec.RestartPolicy != v1.RestartPolicyNever || w.init
+		return c.State.Terminated == nil || w.init ||
+			podspec.RestartsAfterExit(&w.container, w.pod.Spec.RestartPolicy, c.State.Terminated.ExitCode)
 	}
 	if w.pod.DeletionTimestamp != nil && (w.kind == Liveness || w.kind == Startup) {
 		m.setResult(w, w.containerID, Success) // a quiet shutdown

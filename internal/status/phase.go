@@ -48,9 +48,16 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 		}
 	}
 
-	unknown, running, waiting, stopped, succeeded := 0, 0, 0, 0, 0
+	policy := pod.Spec.RestartPolicy
+	if policy == "" {
+		policy = v1.RestartPolicyAlways
+	}
+	// restarting: stopped containers that will start again (by their own
+	// restart policy or rules, which may differ from the pod's).
+	unknown, running, waiting, stopped, succeeded, restarting := 0, 0, 0, 0, 0, 0
 	for i := range pod.Spec.Containers {
-		cs := findStatus(statuses, pod.Spec.Containers[i].Name)
+		c := &pod.Spec.Containers[i]
+		cs := findStatus(statuses, c.Name)
 		switch {
 		case cs == nil:
 			unknown++
@@ -61,8 +68,14 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 			if cs.State.Terminated.ExitCode == 0 {
 				succeeded++
 			}
+			if podspec.RestartsAfterExit(c, policy, cs.State.Terminated.ExitCode) {
+				restarting++
+			}
 		case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
 			stopped++
+			if podspec.RestartsAfterExit(c, policy, cs.LastTerminationState.Terminated.ExitCode) {
+				restarting++
+			}
 		case cs.State.Waiting != nil:
 			waiting++
 		default:
@@ -70,10 +83,6 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 		}
 	}
 
-	policy := pod.Spec.RestartPolicy
-	if policy == "" {
-		policy = v1.RestartPolicyAlways
-	}
 	if failedInit > 0 && policy == v1.RestartPolicyNever {
 		return v1.PodFailed
 	}
@@ -88,7 +97,7 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 	case running > 0 && unknown == 0:
 		return v1.PodRunning
 	case running == 0 && stopped > 0 && unknown == 0:
-		if policy == v1.RestartPolicyAlways {
+		if policy == v1.RestartPolicyAlways || restarting > 0 {
 			return v1.PodRunning
 		}
 		if stopped == succeeded {

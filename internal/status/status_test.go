@@ -74,6 +74,10 @@ func TestPhase(t *testing.T) {
 		{"init done app running", testPod(v1.RestartPolicyAlways, []string{"i"}, "a"),
 			[]*container.ContainerStatus{exited("i", t0, 0, 0), running("a", t0.Add(time.Second))}, v1.PodRunning, nil},
 		{"image pull error", testPod(v1.RestartPolicyAlways, nil, "a"), nil, v1.PodPending, map[string]container.Waiting{"a": {Reason: "ErrImagePull"}}},
+		{"never: a restart rule matching keeps it running", withRestartRule(testPod(v1.RestartPolicyNever, nil, "a"), 42),
+			[]*container.ContainerStatus{exited("a", t0, 42, 0)}, v1.PodRunning, nil},
+		{"never: a restart rule not matching fails it", withRestartRule(testPod(v1.RestartPolicyNever, nil, "a"), 42),
+			[]*container.ContainerStatus{exited("a", t0, 1, 0)}, v1.PodFailed, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -330,4 +334,14 @@ func TestInitContainerReadyWithoutProber(t *testing.T) {
 	if s = (Generator{}).Generate(pod, rs, nil, nil, t0); s.InitContainerStatuses[0].Ready {
 		t.Fatalf("a failed init container is not ready")
 	}
+}
+
+// withRestartRule gives the pod's first container restartPolicy Never and
+// a rule restarting it on exit code code.
+func withRestartRule(pod *v1.Pod, code int32) *v1.Pod {
+	never := v1.ContainerRestartPolicyNever
+	pod.Spec.Containers[0].RestartPolicy = &never
+	pod.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
+		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{code}}}}
+	return pod
 }

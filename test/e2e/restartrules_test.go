@@ -1,0 +1,40 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// TestContainerRestartRules: in a restartPolicy Never pod, a container
+// whose rule restarts it on exit code 42 is restarted (the pod stays
+// Running), while one whose exit code matches no rule is not, and its
+// pod ends Failed — as the upstream ContainerRestartRules specs expect.
+func TestContainerRestartRules(t *testing.T) {
+	for _, rt := range podRuntimes() {
+		t.Run(rt.name, func(t *testing.T) {
+			a := rt.start(t)
+			rule := `restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [42]}}]`
+			a.WriteManifest("match.yaml", rt.manifest("rr-match", "", `command: ["sh", "-c", "exit 42"], `+rule))
+			a.WriteManifest("miss.yaml", rt.manifest("rr-miss", "", `command: ["sh", "-c", "exit 1"], `+rule))
+			match, miss := a.Static("rr-match"), a.Static("rr-miss")
+			a.Eventually("the matching container restarted, its pod Running", func() (bool, string) {
+				p, ok := a.Pod(match)
+				if !ok || len(p.Status.ContainerStatuses) == 0 {
+					return false, describe(p, ok)
+				}
+				n := p.Status.ContainerStatuses[0].RestartCount
+				return n > 0 && p.Status.Phase == v1.PodRunning, fmt.Sprintf("phase %s, restarts %d", p.Status.Phase, n)
+			})
+			a.Eventually("the other pod Failed without a restart", func() (bool, string) {
+				p, ok := a.Pod(miss)
+				if !ok || len(p.Status.ContainerStatuses) == 0 {
+					return false, describe(p, ok)
+				}
+				n := p.Status.ContainerStatuses[0].RestartCount
+				return p.Status.Phase == v1.PodFailed && n == 0, fmt.Sprintf("phase %s, restarts %d", p.Status.Phase, n)
+			})
+		})
+	}
+}
