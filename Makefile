@@ -52,6 +52,7 @@ unit:
 # (parallel ginkgo processes, default 1) and TIMEOUT (default 3h) narrow it.
 RUNTIME ?= embedded
 conformance:
+	command -v nc.openbsd >/dev/null || apt-get install -y -q netcat-openbsd
 	MINILET_CONFORMANCE=1 MINILET_CONFORMANCE_RUNTIME=$(RUNTIME) \
 		MINILET_CONFORMANCE_FOCUS='$(FOCUS)' MINILET_CONFORMANCE_SKIP='$(SKIP)' MINILET_CONFORMANCE_PROCS='$(PROCS)' \
 		MINILET_CONFORMANCE_REPORT_DIR='$(REPORT_DIR)' MINILET_CONFORMANCE_TIMEOUT='$(TIMEOUT)' \

@@ -3,6 +3,7 @@ package imagereg
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 
@@ -98,8 +99,8 @@ func buildImages(ctx context.Context, dir string, bins Binaries) (map[imageKind]
 // image-defined user and group of the SupplementalGroups specs, and
 // fake-registry-server's images (the pause image as pause:testing), and
 // curl and bash (the lifecycle hook specs' exec hooks call curl, the
-// sidecar probe specs run /bin/bash), the host's own with their shared
-// libraries. Not included: alpine's other extra tools (dig, iperf, socat,
+// sidecar probe specs run /bin/bash) and an nc with UDP, the host's own
+// with their shared libraries. Not included: alpine's other extra tools (dig, iperf, socat,
 // coredns).
 func agnhostTree(agnhost string, pause v1.Image) (*tree, error) {
 	t := newTree()
@@ -122,21 +123,32 @@ func agnhostTree(agnhost string, pause v1.Image) (*tree, error) {
 		return nil, err
 	}
 	for _, prog := range []string{"/usr/bin/curl", "/bin/bash"} {
-		if err := addHostProgram(t, prog); err != nil {
+		if err := addHostProgram(t, prog, prog); err != nil {
+			return nil, err
+		}
+	}
+	// Debian's busybox nc has no -u, which the UDP networking specs use;
+	// alpine's (upstream's base) has. OpenBSD's nc, when the host has it
+	// (make conformance installs netcat-openbsd), goes first in PATH.
+	if _, err := os.Stat(hostOpenBSDNc); err == nil {
+		if err := addHostProgram(t, hostOpenBSDNc, "/usr/bin/nc"); err != nil {
 			return nil, err
 		}
 	}
 	return t, nil
 }
 
-// addHostProgram puts the host's dynamically linked program into t at its
-// own path, with the shared libraries and loader ldd names for it.
-func addHostProgram(t *tree, prog string) error {
+// hostOpenBSDNc is Debian's netcat-openbsd.
+const hostOpenBSDNc = "/bin/nc.openbsd"
+
+// addHostProgram puts the host's dynamically linked program prog into t
+// at path, with the shared libraries and loader ldd names for it.
+func addHostProgram(t *tree, prog, path string) error {
 	out, err := exec.Command("ldd", prog).Output()
 	if err != nil {
 		return fmt.Errorf("%s (install it on the host: the images need it): ldd: %w", prog, err)
 	}
-	t.hostFile(prog, 0o755, prog)
+	t.hostFile(path, 0o755, prog)
 	for _, line := range strings.Split(string(out), "\n") {
 		// "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)" or
 		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; linux-vdso has no file.

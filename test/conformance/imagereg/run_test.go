@@ -177,6 +177,12 @@ func TestAgnhostHasCurlAndBash(t *testing.T) {
 	if out := chrootRun(t, root, "/bin/bash", "-c", "echo $BASH_VERSION"); !strings.HasPrefix(out, "5.") {
 		t.Fatalf("bash in the agnhost image: %q", out)
 	}
+	if _, err := os.Stat("/bin/nc.openbsd"); err == nil {
+		// UDP, as the networking specs use it (busybox's nc has no -u).
+		if out := chrootRun(t, root, "sh", "-c", "nc -h 2>&1 | grep -c -- '-u'"); out == "0\n" {
+			t.Fatalf("nc in the agnhost image has no -u: %q", out)
+		}
+	}
 }
 
 // The https lifecycle-hook specs run `agnhost netexec` with the image's
