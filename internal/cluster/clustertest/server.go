@@ -211,6 +211,10 @@ func (s *Server) startEtcd() {
 		"--kubelet-client-key", filepath.Join(s.dir, "kubelet-client.key"),
 		// As kubeadm sets it: a node's Hostname address need not resolve.
 		"--kubelet-preferred-address-types", "InternalIP,ExternalIP,Hostname",
+		// As kubeadm and upstream's cluster scripts set it (the flag's own
+		// default refuses every privileged container, which the upstream
+		// e2e specs, e.g. HostPath's, create).
+		"--allow-privileged=true",
 	}
 }
 
