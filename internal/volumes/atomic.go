@@ -50,10 +50,20 @@ func validPath(p string) error {
 // new hidden directory, ..data is switched to it in one rename, visible
 // top-level entries are linked through ..data, stale ones removed, and the
 // previous payload directory deleted. It reports whether anything changed.
-func writeAtomic(dir string, payload map[string]File) (bool, error) {
-	for p := range payload {
+//
+// With gid (the pod's fsGroup; -1 for none) the payload's files and
+// directories belong to that group, the files group-readable and the
+// directories setgid and group-searchable, as the kubelet makes a
+// read-only volume's content for an fsGroup: the containers' processes,
+// which have the group, can read what defaultMode keeps from others.
+func writeAtomic(dir string, payload map[string]File, gid int) (bool, error) {
+	for p, f := range payload {
 		if err := validPath(p); err != nil {
 			return false, err
+		}
+		if gid >= 0 {
+			f.Mode |= 0o440
+			payload[p] = f
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -79,6 +89,11 @@ func writeAtomic(dir string, payload map[string]File) (bool, error) {
 			return false, err
 		}
 		if err := os.Chmod(full, f.Mode); err != nil { // umask-free
+			return false, err
+		}
+	}
+	if gid >= 0 {
+		if err := shareWithGroup(ts, gid); err != nil {
 			return false, err
 		}
 	}
@@ -117,6 +132,27 @@ func writeAtomic(dir string, payload map[string]File) (bool, error) {
 		_ = os.RemoveAll(filepath.Join(dir, old))
 	}
 	return true, nil
+}
+
+// shareWithGroup gives gid the payload directory dir and all in it:
+// directories setgid and group-searchable (files' modes are set already).
+func shareWithGroup(dir string, gid int) error {
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(p, -1, gid); err != nil {
+			return fmt.Errorf("fsGroup %d: %w", gid, err)
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		return os.Chmod(p, st.Mode().Perm()|0o110|os.ModeSetgid)
+	})
 }
 
 // same reports whether dir holds exactly payload, modes included.

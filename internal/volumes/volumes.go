@@ -223,7 +223,11 @@ func (m *Manager) setup(ctx context.Context, pod *v1.Pod, vol *v1.Volume) error 
 			return fmt.Errorf("tmpfs for its files: %w", err)
 		}
 	}
-	changed, err := writeAtomic(dir, payload)
+	gid := -1
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
+		gid = int(*sc.FSGroup)
+	}
+	changed, err := writeAtomic(dir, payload, gid)
 	if err != nil {
 		return fmt.Errorf("writing its files: %w", err)
 	}
