@@ -56,9 +56,8 @@ nogroup:x:65534:
 
 // busyboxTree is the base every shell image is made of, as the upstream
 // busybox image: the static busybox at /bin/busybox with a symbolic link
-// for each of its applets at the path busybox gives it (/bin/sh,
-// /bin/ls, /usr/bin/wget, ...), the accounts above, and a
-// world-writable /tmp.
+// for each of its applets in /bin (/bin/sh, /bin/ls, /bin/wget,
+// /bin/sysctl, ...), the accounts above, and a world-writable /tmp.
 func busyboxTree(ctx context.Context) (*tree, error) {
 	if _, err := os.Stat(hostBusybox); err != nil {
 		return nil, fmt.Errorf("busybox image: %s is missing (apt-get install -y busybox-static): %w", hostBusybox, err)
@@ -71,7 +70,9 @@ func busyboxTree(ctx context.Context) (*tree, error) {
 	t.hostFile("/bin/busybox", 0o755, hostBusybox)
 	n := 0
 	for _, applet := range strings.Fields(string(out)) {
-		p := "/" + filepath.Clean(applet)
+		// Every applet in /bin, as the upstream image has them (specs run
+		// /bin/sysctl, which Debian's busybox places in /sbin).
+		p := "/bin/" + filepath.Base(applet)
 		if p == "/bin/busybox" {
 			continue
 		}
