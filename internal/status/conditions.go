@@ -144,27 +144,36 @@ func notReadyMessage(kind string, unknown, other []string) string {
 }
 
 // readinessGates makes Ready wait for every readiness gate's condition to
-// be True; nothing sets them in standalone mode, so a gated pod stays
-// unready, as the kubelet would leave it.
+// be True. Someone else sets those conditions (a controller, through the
+// API server: they arrive on the pod's own status, which wins over what
+// this agent last wrote); nothing sets them in standalone mode, so a gated
+// pod stays unready, as the kubelet would leave it.
 func readinessGates(pod *v1.Pod, prev []v1.PodCondition) v1.PodCondition {
 	cond := v1.PodCondition{Type: v1.PodReady, Status: v1.ConditionTrue}
 	var msgs []string
 	for _, gate := range pod.Spec.ReadinessGates {
-		found := false
-		for _, c := range prev {
-			if c.Type == gate.ConditionType {
-				found = true
-				if c.Status != v1.ConditionTrue {
-					msgs = append(msgs, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", gate.ConditionType, c.Status))
-				}
-			}
+		c := findCondition(pod.Status.Conditions, gate.ConditionType)
+		if c == nil {
+			c = findCondition(prev, gate.ConditionType)
 		}
-		if !found {
+		switch {
+		case c == nil:
 			msgs = append(msgs, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", gate.ConditionType))
+		case c.Status != v1.ConditionTrue:
+			msgs = append(msgs, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", gate.ConditionType, c.Status))
 		}
 	}
 	if len(msgs) > 0 {
 		cond.Status, cond.Reason, cond.Message = v1.ConditionFalse, ReasonReadinessGatesNotReady, strings.Join(msgs, ", ")
 	}
 	return cond
+}
+
+func findCondition(conds []v1.PodCondition, t v1.PodConditionType) *v1.PodCondition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
 }

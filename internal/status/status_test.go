@@ -1,6 +1,7 @@
 package status
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -344,4 +345,33 @@ func withRestartRule(pod *v1.Pod, code int32) *v1.Pod {
 	pod.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
 		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{code}}}}
 	return pod
+}
+
+// Readiness gates: Ready follows the gate conditions someone else sets on
+// the pod's status (through the API server), as well as the containers.
+func TestReadinessGatesFromThePodsStatus(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, nil, "a")
+	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/one"}, {ConditionType: "example.com/two"}}
+	rs := &container.PodStatus{UID: "u1", Sandboxes: readySandbox(), Containers: []*container.ContainerStatus{running("a", t0)}}
+	ready := func() v1.PodCondition {
+		s := Generator{}.Generate(pod, rs, nil, nil, t0)
+		for _, c := range s.Conditions {
+			if c.Type == v1.PodReady {
+				return c
+			}
+		}
+		t.Fatal("no Ready condition")
+		return v1.PodCondition{}
+	}
+	if c := ready(); c.Status != v1.ConditionFalse || c.Reason != ReasonReadinessGatesNotReady {
+		t.Fatalf("no gate conditions: Ready %s (%s), want False (%s)", c.Status, c.Reason, ReasonReadinessGatesNotReady)
+	}
+	pod.Status.Conditions = []v1.PodCondition{{Type: "example.com/one", Status: v1.ConditionTrue}, {Type: "example.com/two", Status: v1.ConditionFalse}}
+	if c := ready(); c.Status != v1.ConditionFalse || !strings.Contains(c.Message, `"example.com/two" is not "True"`) {
+		t.Fatalf("one gate false: Ready %s (%s)", c.Status, c.Message)
+	}
+	pod.Status.Conditions[1].Status = v1.ConditionTrue
+	if c := ready(); c.Status != v1.ConditionTrue {
+		t.Fatalf("both gates true: Ready %s (%s), want True", c.Status, c.Message)
+	}
 }
