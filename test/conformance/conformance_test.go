@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,6 +168,13 @@ func startNode(t *testing.T, srv *clustertest.Server, rt string) *harness.Agent 
 	a := harness.New(t)
 	a.NodeName = fmt.Sprintf("minilet-%d", os.Getpid()%100000)
 	a.ExtraArgs = srv.AgentArgs(a.NodeName)
+	// The kubelet's port when it is free: some specs' helpers (and the
+	// suite's failure dumps) reach a node's kubelet API on 10250, not on
+	// the port the node reports.
+	if ln, err := net.Listen("tcp", ":10250"); err == nil {
+		_ = ln.Close()
+		a.ExtraArgs = append(a.ExtraArgs, "--port", "10250")
+	}
 	if rt == "containerd" {
 		a.ExtraArgs = append(a.ExtraArgs, "--container-runtime-endpoint", privateContainerd(t))
 	}
