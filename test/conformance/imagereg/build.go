@@ -129,11 +129,14 @@ func agnhostTree(agnhost string, pause v1.Image) (*tree, error) {
 	}
 	// Debian's busybox nc has no -u, which the UDP networking specs use;
 	// alpine's (upstream's base) has. OpenBSD's nc, when the host has it
-	// (make conformance installs netcat-openbsd), goes first in PATH.
+	// (make conformance installs netcat-openbsd), goes first in PATH; and
+	// since Debian's busybox ash runs its own applet for a name it knows
+	// whatever PATH says, the image's /bin/sh is bash, which follows PATH.
 	if _, err := os.Stat(hostOpenBSDNc); err == nil {
 		if err := addHostProgram(t, hostOpenBSDNc, "/usr/bin/nc"); err != nil {
 			return nil, err
 		}
+		t.symlink("/bin/sh", "bash")
 	}
 	return t, nil
 }

@@ -179,7 +179,7 @@ func TestAgnhostHasCurlAndBash(t *testing.T) {
 	}
 	if _, err := os.Stat("/bin/nc.openbsd"); err == nil {
 		// UDP, as the networking specs use it (busybox's nc has no -u).
-		if out := chrootRun(t, root, "sh", "-c", "nc -h 2>&1 | grep -c -- '-u'"); out == "0\n" {
+		if out := chrootRun(t, root, "/bin/sh", "-c", "nc -h 2>&1 | grep -c -- '-u'"); out == "0\n" {
 			t.Fatalf("nc in the agnhost image has no -u: %q", out)
 		}
 	}
