@@ -129,7 +129,7 @@ func BenchmarkPeerExecProbes(b *testing.B) {
 		b.Skip("no containerd on this machine: the containerd runs are skipped")
 	}
 	cgroupRoot := fmt.Sprintf("/minilet-peer-kubelet-%d", os.Getpid())
-	b.Cleanup(func() { peerRemoveCgroups(cgroupRoot) }) // after containerd is down
+	b.Cleanup(func() { harness.RemoveCgroupRoot(cgroupRoot) }) // after containerd is down
 	ep, sock, cdPid := peerContainerd(b)
 	b.Run("minilet-containerd", func(b *testing.B) {
 		a := harness.New(b)
@@ -477,17 +477,6 @@ func peerContainerd(b *testing.B) (endpoint, sock string, pid int) {
 	return endpoint, strings.TrimPrefix(endpoint, "unix://"), pid
 }
 
-// peerKubeletSysctls are the kernel tunables the kubelet sets (or, with
-// protectKernelDefaults, requires) and their values.
-var peerKubeletSysctls = map[string]string{
-	"vm/overcommit_memory":      "1",
-	"vm/panic_on_oom":           "0",
-	"kernel/panic":              "10",
-	"kernel/panic_on_oops":      "1",
-	"kernel/keys/root_maxkeys":  "1000000",
-	"kernel/keys/root_maxbytes": "25000000",
-}
-
 func peerKubeletConfig(dir, endpoint, cgroupRoot string, port, roPort int) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -522,44 +511,32 @@ func startPeerKubelet(b *testing.B, bin, endpoint, cgroupRoot string) peerAgent 
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = os.RemoveAll(dir) })
-	for _, d := range []string{"manifests", "logs", "root", "pki", "sysctl"} {
+	for _, d := range []string{"manifests", "logs", "root", "pki"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			b.Fatal(err)
 		}
 	}
 	// The kubelet checks that its cgroup root exists in every hierarchy.
-	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
-	for _, p := range ctrls {
-		if err := os.MkdirAll(filepath.Join(filepath.Dir(p), cgroupRoot), 0o755); err != nil {
-			b.Fatal(err)
-		}
+	if err := harness.MakeCgroupRoot(cgroupRoot); err != nil {
+		b.Fatal(err)
 	}
 	port, roPort := harness.FreePort(b), harness.FreePort(b)
 	cfg := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(cfg, []byte(peerKubeletConfig(dir, endpoint, cgroupRoot, port, roPort)), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	// In its own mount namespace: tmpfs over /var/lib and /var/log, and
-	// the kernel tunables as files holding the values it wants.
-	script := "set -e\nmount --make-rprivate /\nmount -t tmpfs tmpfs /var/lib\nmount -t tmpfs tmpfs /var/log\n"
-	for key, val := range peerKubeletSysctls {
-		f := filepath.Join(dir, "sysctl", strings.ReplaceAll(key, "/", "."))
-		if err := os.WriteFile(f, []byte(val+"\n"), 0o644); err != nil {
-			b.Fatal(err)
-		}
-		script += fmt.Sprintf("mount --bind %s /proc/sys/%s\n", f, key)
-	}
-	script += `exec "$@"` + "\n"
 	nodeName := fmt.Sprintf("peer-kubelet-%d", os.Getpid()%10000)
 	logf, err := os.Create(filepath.Join(dir, "kubelet.log"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command("unshare", "-m", "--", "/bin/sh", "-c", script, "sh",
-		bin, "--config", cfg, "--root-dir", filepath.Join(dir, "root"), "--cert-dir", filepath.Join(dir, "pki"),
-		"--hostname-override", nodeName, "--v", "1")
+	// Its own /var/lib and /var/log: nothing of it is left on the host.
+	cmd, err := harness.UpstreamKubeletCommand(dir, bin, []string{"/var/lib", "/var/log"}, "--config", cfg,
+		"--root-dir", filepath.Join(dir, "root"), "--cert-dir", filepath.Join(dir, "pki"), "--hostname-override", nodeName, "--v", "1")
+	if err != nil {
+		b.Fatal(err)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		b.Skipf("starting the kubelet: %v", err)
 	}
@@ -625,25 +602,6 @@ func startPeerKubelet(b *testing.B, bin, endpoint, cgroupRoot string) peerAgent 
 	kpid := cmd.Process.Pid // unshare and sh exec into the kubelet
 	return peerAgent{name: "kubelet", manifestDir: filepath.Join(dir, "manifests"), nodeName: nodeName, get: get,
 		agentProcs: func() []int { return []int{kpid} }}
-}
-
-// peerRemoveCgroups removes cgroupRoot and everything below it in every
-// hierarchy, deepest first (the pods' processes are gone by then).
-func peerRemoveCgroups(cgroupRoot string) {
-	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
-	for _, p := range ctrls {
-		root := filepath.Join(filepath.Dir(p), cgroupRoot)
-		var dirs []string
-		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, path)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			_ = os.Remove(dirs[i])
-		}
-	}
 }
 
 // peerClearContainerd removes every sandbox of the private containerd, so

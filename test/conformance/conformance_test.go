@@ -31,7 +31,9 @@ const (
 	// runs for up to hours, so nothing else runs it.
 	EnvEnable = "MINILET_CONFORMANCE"
 	// EnvRuntime is the node's runtime: embedded (default) or containerd
-	// (a private one, started by scripts/containerd-up.sh).
+	// (a private one, started by scripts/containerd-up.sh); or kubelet,
+	// the reference column: the upstream kubelet of the control plane's
+	// version on a private containerd instead of minilet.
 	EnvRuntime = "MINILET_CONFORMANCE_RUNTIME"
 	// EnvFocus is the specs to run, a ginkgo focus regexp (default
 	// DefaultFocus).
@@ -63,8 +65,8 @@ func TestNodeConformance(t *testing.T) {
 	}
 	t.Setenv(clustertest.EnvEnable, "1") // the control plane of the cluster tests
 	rt := envOr(EnvRuntime, "embedded")
-	if rt != "embedded" && rt != "containerd" {
-		t.Fatalf("%s=%q: want embedded or containerd", EnvRuntime, rt)
+	if rt != "embedded" && rt != "containerd" && rt != "kubelet" {
+		t.Fatalf("%s=%q: want embedded, containerd or kubelet", EnvRuntime, rt)
 	}
 	procs, err := strconv.Atoi(envOr(EnvProcs, "1"))
 	if err != nil || procs < 1 {
@@ -105,7 +107,13 @@ func TestNodeConformance(t *testing.T) {
 	t.Cleanup(func() { _ = reg.Close() })
 
 	srv := clustertest.Start(t, clustertest.Options{ControlPlane: true})
-	node := startNode(t, srv, rt)
+	var node testNode
+	if rt == "kubelet" {
+		node = startKubeletNode(t, srv)
+	} else {
+		node = startNode(t, srv, rt)
+	}
+	waitReady(t, srv, node.name)
 
 	args := e2eArgs(srv, node, reg, reportDir)
 	focus := envOr(EnvFocus, DefaultFocus)
@@ -124,7 +132,7 @@ func TestNodeConformance(t *testing.T) {
 	start = time.Now()
 	runErr := cmd.Run()
 	t.Logf("e2e run ended after %s: %v (log %s)", time.Since(start).Round(time.Second), runErr, logPath)
-	if err := os.WriteFile(filepath.Join(reportDir, "minilet.log"), []byte(node.Logs()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(reportDir, "node.log"), []byte(node.logs()), 0o644); err != nil {
 		t.Error(err)
 	}
 
@@ -137,7 +145,7 @@ func TestNodeConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(f, "# [NodeConformance] on minilet (%s runtime)\n\nfocus `%s`, skip list test/conformance/skip.txt, %s, %s\n\n",
+	fmt.Fprintf(f, "# [NodeConformance] on one node (%s)\n\nfocus `%s`, skip list test/conformance/skip.txt, %s, %s\n\n",
 		rt, focus, time.Now().UTC().Format(time.RFC3339), runtime.Version())
 	if extraSkip != "" {
 		fmt.Fprintf(f, "partial run: also skipped `%s` (%s)\n\n", extraSkip, EnvExtraSkip)
@@ -161,27 +169,47 @@ func TestNodeConformance(t *testing.T) {
 	}
 }
 
-// startNode joins one minilet to srv on runtime rt and waits until its node
-// is Ready.
-func startNode(t *testing.T, srv *clustertest.Server, rt string) *harness.Agent {
+// testNode is the node under test, whichever agent runs it.
+type testNode struct {
+	name     string
+	rootDir  string        // the agent's --root-dir
+	endpoint string        // the CRI endpoint, "" on the embedded runtime
+	logs     func() string // the agent's log so far
+}
+
+// startNode joins one minilet to srv on runtime rt.
+func startNode(t *testing.T, srv *clustertest.Server, rt string) testNode {
 	t.Helper()
 	a := harness.New(t)
 	a.NodeName = fmt.Sprintf("minilet-%d", os.Getpid()%100000)
 	a.ExtraArgs = srv.AgentArgs(a.NodeName)
-	// The kubelet's port when it is free: some specs' helpers (and the
-	// suite's failure dumps) reach a node's kubelet API on 10250, not on
-	// the port the node reports.
-	if ln, err := net.Listen("tcp", ":10250"); err == nil {
-		_ = ln.Close()
-		a.ExtraArgs = append(a.ExtraArgs, "--port", "10250")
-	}
+	a.ExtraArgs = append(a.ExtraArgs, "--port", strconv.Itoa(kubeletPort(t)))
+	n := testNode{name: a.NodeName, rootDir: a.RootDir, logs: a.Logs}
 	if rt == "containerd" {
-		a.ExtraArgs = append(a.ExtraArgs, "--container-runtime-endpoint", privateContainerd(t))
+		n.endpoint = privateContainerd(t)
+		a.ExtraArgs = append(a.ExtraArgs, "--container-runtime-endpoint", n.endpoint)
 	}
 	a.Start()
+	return n
+}
+
+// kubeletPort is 10250, the kubelet's port, when it is free: some specs'
+// helpers (and the suite's failure dumps) reach a node's kubelet API on
+// 10250, not on the port the node reports. Else a free one.
+func kubeletPort(t *testing.T) int {
+	if ln, err := net.Listen("tcp", ":10250"); err == nil {
+		_ = ln.Close()
+		return 10250
+	}
+	return harness.FreePort(t)
+}
+
+// waitReady waits until node name is registered and Ready.
+func waitReady(t *testing.T, srv *clustertest.Server, name string) {
+	t.Helper()
 	ctx := context.Background()
 	harness.Eventually(t, "the node registered and Ready", func() (bool, string) {
-		n, err := srv.Admin.CoreV1().Nodes().Get(ctx, a.NodeName, metav1.GetOptions{})
+		n, err := srv.Admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -192,13 +220,12 @@ func startNode(t *testing.T, srv *clustertest.Server, rt string) *harness.Agent 
 		}
 		return false, "no Ready condition"
 	})
-	return a
 }
 
 // e2eArgs are e2e.test's own flags: the cluster, where results go, and
 // what the suite's set-up must expect of a cluster that has one node and
 // no add-ons (no pods in kube-system, no cloud).
-func e2eArgs(srv *clustertest.Server, node *harness.Agent, reg *imagereg.Registry, reportDir string) []string {
+func e2eArgs(srv *clustertest.Server, node testNode, reg *imagereg.Registry, reportDir string) []string {
 	args := []string{
 		"--kubeconfig=" + srv.AdminKubeconfig(),
 		"--provider=skeleton",
@@ -210,14 +237,12 @@ func e2eArgs(srv *clustertest.Server, node *harness.Agent, reg *imagereg.Registr
 		"--minStartupPods=0",
 		"--allowed-not-ready-nodes=0",
 		"--node-os-distro=debian",
-		"--kubelet-root-dir=" + node.RootDir,
+		"--kubelet-root-dir=" + node.rootDir,
 		"--dump-logs-on-failure=true",
 		"--disable-log-dump",
 	}
-	for _, a := range node.ExtraArgs {
-		if ep, ok := strings.CutPrefix(a, "unix://"); ok {
-			args = append(args, "--container-runtime-endpoint=unix://"+ep)
-		}
+	if node.endpoint != "" {
+		args = append(args, "--container-runtime-endpoint="+node.endpoint)
 	}
 	return args
 }

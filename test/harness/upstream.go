@@ -1,0 +1,82 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// upstreamKubeletSysctls are the kernel tunables the upstream kubelet sets
+// (or, with protectKernelDefaults, requires) and their values.
+var upstreamKubeletSysctls = map[string]string{
+	"vm/overcommit_memory":      "1",
+	"vm/panic_on_oom":           "0",
+	"kernel/panic":              "10",
+	"kernel/panic_on_oops":      "1",
+	"kernel/keys/root_maxkeys":  "1000000",
+	"kernel/keys/root_maxbytes": "25000000",
+}
+
+// UpstreamKubeletCommand is the command that runs the upstream kubelet at
+// bin with args, for a side-by-side run on this host that must not change
+// the host: in a mount namespace of its own, where the kernel tunables it
+// wants (run it with protectKernelDefaults: true) are files under dir
+// bind-mounted over /proc/sys, so it neither writes them nor refuses to
+// start, and each of tmpfs (e.g. /var/log, where it links container logs
+// whatever its podLogsDir) is an empty tmpfs of its own. Its process group
+// is its own, so one signal ends all it started.
+func UpstreamKubeletCommand(dir, bin string, tmpfs []string, args ...string) (*exec.Cmd, error) {
+	sys := filepath.Join(dir, "sysctl")
+	if err := os.MkdirAll(sys, 0o755); err != nil {
+		return nil, err
+	}
+	script := "set -e\nmount --make-rprivate /\n"
+	for _, d := range tmpfs {
+		script += fmt.Sprintf("mount -t tmpfs tmpfs %s\n", d)
+	}
+	for key, val := range upstreamKubeletSysctls {
+		f := filepath.Join(sys, strings.ReplaceAll(key, "/", "."))
+		if err := os.WriteFile(f, []byte(val+"\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("kernel tunable %s for the kubelet: %w", key, err)
+		}
+		script += fmt.Sprintf("mount --bind %s /proc/sys/%s\n", f, key)
+	}
+	script += `exec "$@"` + "\n"
+	cmd := exec.Command("unshare", append([]string{"-m", "--", "/bin/sh", "-c", script, "sh", bin}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd, nil
+}
+
+// MakeCgroupRoot creates cgroup directory root (e.g. /some-kubelet) in
+// every mounted hierarchy, as the kubelet requires of its cgroupRoot.
+func MakeCgroupRoot(root string) error {
+	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
+	for _, p := range ctrls {
+		if err := os.MkdirAll(filepath.Join(filepath.Dir(p), root), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RemoveCgroupRoot removes cgroupRoot and everything below it in every
+// hierarchy, deepest first (the pods' processes are gone by then).
+func RemoveCgroupRoot(cgroupRoot string) {
+	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*/cgroup.procs")
+	for _, p := range ctrls {
+		root := filepath.Join(filepath.Dir(p), cgroupRoot)
+		var dirs []string
+		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			_ = os.Remove(dirs[i])
+		}
+	}
+}
