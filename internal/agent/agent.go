@@ -268,15 +268,19 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Recorder: recorder,
 	})
 
-	// The sync loop: admission first by the pod's OS (nothing is allocated
-	// for a pod that cannot run here), then in the kubelet's order (devices,
-	// resource fit, eviction pressure), then images held from GC.
+	// The sync loop: admission first by the pod's OS and its sysctls
+	// (nothing is allocated for a pod that cannot run here), then in the
+	// kubelet's order (devices, resource fit, eviction pressure), then
+	// images held from GC.
 	loop, err := lifecycle.NewLoop(lifecycle.LoopConfig{
 		Pods: pods, Workers: workers, Runtime: rm, Prober: probes,
 		Cgroups: cgroups, Devices: devices,
 		Admitters: []lifecycle.Admitter{
 			lifecycle.AdmitFunc(func(_ context.Context, p *v1.Pod, _ []*v1.Pod) (bool, string, string) {
 				return podspec.AdmitOS(p)
+			}),
+			lifecycle.AdmitFunc(func(_ context.Context, p *v1.Pod, _ []*v1.Pod) (bool, string, string) {
+				return rm.AdmitSysctls(p)
 			}),
 			devices,
 			lifecycle.AdmitFunc(func(_ context.Context, p *v1.Pod, active []*v1.Pod) (bool, string, string) {

@@ -252,6 +252,20 @@ func verifyRunAsNonRoot(pod *v1.Pod, c *v1.Container, eff *v1.SecurityContext, s
 	return nil
 }
 
+// ReasonSysctlForbidden is the kubelet's reason for a pod refused at
+// admission for a sysctl this node does not allow.
+const ReasonSysctlForbidden = "SysctlForbidden"
+
+// AdmitSysctls refuses, at admission as the kubelet does, a pod with a
+// sysctl this node must not set for it (see podSysctls): the pod fails
+// with reason SysctlForbidden instead of waiting in ContainerCreating.
+func (m *Manager) AdmitSysctls(pod *v1.Pod) (ok bool, reason, message string) {
+	if _, err := m.podSysctls(pod); err != nil {
+		return false, ReasonSysctlForbidden, err.Error()
+	}
+	return true, "", ""
+}
+
 // podSysctls are the pod's sysctls for its sandbox, or an error naming the
 // one this node must refuse: not in the safe set nor allowedUnsafeSysctls,
 // or in a namespace the pod shares with the host.

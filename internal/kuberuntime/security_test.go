@@ -155,3 +155,21 @@ func TestSandboxPrivilegedAndSysctls(t *testing.T) {
 		t.Errorf("allowedUnsafeSysctls kernel.msg* did not allow kernel.msgmax: %v", got)
 	}
 }
+
+func TestAdmitSysctlsRefusesAsTheKubelet(t *testing.T) {
+	e := newEnv(t)
+	pod := mkPod(v1.RestartPolicyAlways, nil, "a")
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: "kernel.shm_rmid_forced", Value: "1"}}}
+	if ok, reason, msg := e.m.AdmitSysctls(pod); !ok {
+		t.Fatalf("a safe sysctl refused: %s: %s", reason, msg)
+	}
+	pod.Spec.SecurityContext.Sysctls = append(pod.Spec.SecurityContext.Sysctls, v1.Sysctl{Name: "kernel.msgmax", Value: "10000000000"})
+	ok, reason, msg := e.m.AdmitSysctls(pod)
+	if ok || reason != ReasonSysctlForbidden || !strings.Contains(msg, `spec.securityContext.sysctls[1]: forbidden sysctl: "kernel.msgmax" not allowlisted`) {
+		t.Fatalf("admit = %v, %q, %q; want refused with SysctlForbidden naming the field", ok, reason, msg)
+	}
+	e = newEnv(t, func(c *Config) { c.AllowedUnsafeSysctls = []string{"kernel.msg*"} })
+	if ok, reason, msg := e.m.AdmitSysctls(pod); !ok {
+		t.Fatalf("allowedUnsafeSysctls kernel.msg* did not admit kernel.msgmax: %s: %s", reason, msg)
+	}
+}
