@@ -187,6 +187,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// The core's per-pod steps, run by one worker per pod.
 	syncer, err := lifecycle.NewSyncer(lifecycle.SyncerConfig{
 		Pods: pods, Runtime: rm, Cgroups: cgroups, Prober: probes,
+		Resize:    &lifecycle.ResizeConfig{Cgroups: cgroups, Runtime: rm},
 		Publisher: link.publisherOrNil(),
 		Volumes:   vols,
 		HostIP:    addrs.IP,

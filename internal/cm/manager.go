@@ -273,6 +273,22 @@ func (m *Manager) ensurePod(pod *v1.Pod) error {
 	return nil
 }
 
+// UnboundPodCPU lifts the CFS quota of the pod's cgroup, if it has one,
+// for an in-place resize: a container's quota may not exceed its pod's,
+// so the pod's bound goes first and gets its new value (EnsurePod) after
+// the containers have theirs.
+func (m *Manager) UnboundPodCPU(pod *v1.Pod) error {
+	if !m.cfg.CgroupsPerQOS {
+		return nil
+	}
+	unlimited := int64(-1)
+	name := m.podName(qos.PodQOSClass(pod), pod.UID)
+	if err := m.driver.Update(name, &cgroups.Resources{CPUQuota: &unlimited}); err != nil {
+		return fmt.Errorf("pod %s: cgroup %s: %w", klogRef(pod), m.driver.Path(name), err)
+	}
+	return nil
+}
+
 // RemovePod kills whatever is left in the pod's cgroup, removes it, and
 // updates the QoS tiers. Removing an unknown pod is not an error.
 func (m *Manager) RemovePod(ctx context.Context, uid types.UID) error {

@@ -47,10 +47,25 @@ func podCgroupResources(pod *v1.Pod, pidsLimit int64) *cgroups.Resources {
 // containerResources is the CRI LinuxContainerResources for container c:
 // shares from the cpu request (the limit when only a limit is set), a CFS
 // quota from the cpu limit (-1 without one), the memory limit (0 means
-// none, as in CRI) and the OOM score policy.
+// none, as in CRI) and the OOM score policy. A limit the container leaves
+// unset is the pod-level one (spec.resources), as the kubelet does.
 func containerResources(pod *v1.Pod, c *v1.Container, memoryCapacity int64) *runtimeapi.LinuxContainerResources {
+	limits := c.Resources.Limits
+	if qos.PodLevelResourcesSet(pod) {
+		limits = limits.DeepCopy()
+		if limits == nil {
+			limits = v1.ResourceList{}
+		}
+		for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+			if q, ok := limits[name]; (!ok || q.IsZero()) && pod.Spec.Resources.Limits != nil {
+				if pl, ok := pod.Spec.Resources.Limits[name]; ok {
+					limits[name] = pl.DeepCopy()
+				}
+			}
+		}
+	}
 	cpuReq := qos.MilliCPU(c.Resources.Requests)
-	cpuLim := qos.MilliCPU(c.Resources.Limits)
+	cpuLim := qos.MilliCPU(limits)
 	if cpuReq == 0 && cpuLim > 0 {
 		cpuReq = cpuLim
 	}
@@ -58,7 +73,7 @@ func containerResources(pod *v1.Pod, c *v1.Container, memoryCapacity int64) *run
 		CpuShares:          int64(qos.MilliCPUToShares(cpuReq)),
 		CpuQuota:           qos.MilliCPUToQuota(cpuLim, qos.DefaultCFSPeriod),
 		CpuPeriod:          qos.DefaultCFSPeriod,
-		MemoryLimitInBytes: qos.MemoryBytes(c.Resources.Limits),
+		MemoryLimitInBytes: qos.MemoryBytes(limits),
 		OomScoreAdj:        int64(qos.ContainerOOMScoreAdj(pod, c, memoryCapacity)),
 	}
 }

@@ -38,6 +38,10 @@ type ContainerStatus struct {
 	Hash         uint64 // hash of the spec that created it (a changed spec restarts it)
 	RestartCount int    // the attempt number recorded when it was created
 	LogPath      string
+	// Resources are the container's resources as the runtime reports
+	// them applied (nil when it does not say): what an in-place resize
+	// compares with what was allocated.
+	Resources *runtimeapi.LinuxContainerResources
 }
 
 // SandboxStatus is one pod sandbox as the runtime sees it.

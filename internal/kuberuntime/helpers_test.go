@@ -91,7 +91,7 @@ func (e *env) sync(pod *v1.Pod) container.SyncResult {
 	if err != nil {
 		e.t.Fatalf("GetPodStatus: %v", err)
 	}
-	plan := e.planner.Plan(pod, ps, e.probes)
+	plan := e.planner.Plan(pod, ps, e.probes, nil)
 	res := e.m.SyncPod(context.Background(), pod, ps, plan.Actions)
 	for name, w := range plan.Waiting {
 		res.Wait(name, w.Reason, w.Message)

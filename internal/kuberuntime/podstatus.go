@@ -174,6 +174,7 @@ func (m *Manager) convertContainerStatus(s *runtimeapi.ContainerStatus, listed *
 		}
 	}
 	out.LogPath = s.LogPath
+	out.Resources = s.GetResources().GetLinux()
 	if s.ImageRef != "" {
 		out.ImageRef = s.ImageRef
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minilet/minilet/internal/container"
 )
@@ -69,4 +70,13 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 		m.startContainer(ctx, pod, ps, &pod.Spec.Containers[i], sandboxID, podIP, sandboxCfg, &res)
 	}
 	return res
+}
+
+// UpdateContainerResources changes a running container's cgroup values in
+// place (an in-place pod resize).
+func (m *Manager) UpdateContainerResources(ctx context.Context, id string, res *runtimeapi.LinuxContainerResources) error {
+	if err := m.cfg.Runtime.UpdateContainerResources(ctx, id, &runtimeapi.ContainerResources{Linux: res}); err != nil {
+		return fmt.Errorf("updating the resources of container %s: %w", id, err)
+	}
+	return nil
 }

@@ -28,9 +28,11 @@ func shouldStart(c *v1.Container, st *container.ContainerStatus, policy v1.Resta
 }
 
 // computeActions decides what one sync does to a pod, from its spec, the
-// runtime's view and the probe results (nil: no probe has failed). It is
-// pure; crash-loop back-off is applied afterwards (restartGate).
-func computeActions(pod *v1.Pod, ps *container.PodStatus, probes ProbeResults) container.PodActions {
+// runtime's view, the probe results (nil: no probe has failed) and the
+// running containers an in-place resize restarts (name → Killing
+// message). It is pure; crash-loop back-off is applied afterwards
+// (restartGate).
+func computeActions(pod *v1.Pod, ps *container.PodStatus, probes ProbeResults, restarts map[string]string) container.PodActions {
 	if ps == nil {
 		ps = &container.PodStatus{}
 	}
@@ -65,7 +67,7 @@ func computeActions(pod *v1.Pod, ps *container.PodStatus, probes ProbeResults) c
 			initialized = true
 		}
 	}
-	if done := initActions(pod, inSandbox, initialized, policy, probes, &acts); done {
+	if done := initActions(pod, inSandbox, initialized, policy, probes, restarts, &acts); done {
 		return acts
 	}
 
@@ -80,7 +82,7 @@ func computeActions(pod *v1.Pod, ps *container.PodStatus, probes ProbeResults) c
 			continue
 		}
 		own := podspec.RestartPolicyOf(c, policy)
-		k, kill := checkRunning(c, st, own, probes)
+		k, kill := checkRunning(c, st, own, probes, restarts)
 		if !kill {
 			keep++
 			continue
@@ -130,7 +132,7 @@ func newSandboxActions(pod *v1.Pod, ps *container.PodStatus, policy v1.RestartPo
 // app containers must wait (an init container has not finished yet, or
 // the pod failed).
 func initActions(pod *v1.Pod, inSandbox func(string) *container.ContainerStatus, initialized bool,
-	policy v1.RestartPolicy, probes ProbeResults, acts *container.PodActions) (done bool) {
+	policy v1.RestartPolicy, probes ProbeResults, restarts map[string]string, acts *container.PodActions) (done bool) {
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		st := inSandbox(c.Name)
@@ -142,7 +144,7 @@ func initActions(pod *v1.Pod, inSandbox func(string) *container.ContainerStatus,
 				}
 				continue
 			}
-			if k, kill := checkRunning(c, st, v1.RestartPolicyAlways, probes); kill {
+			if k, kill := checkRunning(c, st, v1.RestartPolicyAlways, probes, restarts); kill {
 				acts.ContainersToKill = append(acts.ContainersToKill, k)
 				acts.InitContainersToStart = append(acts.InitContainersToStart, i)
 				if !initialized {
@@ -184,12 +186,16 @@ func sidecarStarted(c *v1.Container, st *container.ContainerStatus, probes Probe
 }
 
 // checkRunning decides whether a running container must be killed: its
-// spec changed, or it failed its liveness or startup probe.
-func checkRunning(c *v1.Container, st *container.ContainerStatus, policy v1.RestartPolicy, probes ProbeResults) (container.ContainerToKill, bool) {
+// spec changed, a resize restarts it, or it failed its liveness or
+// startup probe.
+func checkRunning(c *v1.Container, st *container.ContainerStatus, policy v1.RestartPolicy, probes ProbeResults, restarts map[string]string) (container.ContainerToKill, bool) {
 	k := container.ContainerToKill{ID: st.ID, Name: c.Name, Spec: c}
 	switch {
-	case st.Hash != container.Hash(c):
+	case !container.SameSpec(st.Hash, c):
 		k.Message = fmt.Sprintf("Container %s definition changed, will be restarted", c.Name)
+		return k, true
+	case restarts[c.Name] != "":
+		k.Message = restarts[c.Name]
 		return k, true
 	case probes != nil && probes.LivenessFailed(st.ID):
 		k.Reason, k.Message = "liveness", fmt.Sprintf("Container %s failed liveness probe", c.Name)

@@ -142,7 +142,7 @@ func TestComputeActions(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := computeActions(tc.pod, &container.PodStatus{Sandboxes: tc.sbs, Containers: tc.cs}, tc.probes)
+			got := computeActions(tc.pod, &container.PodStatus{Sandboxes: tc.sbs, Containers: tc.cs}, tc.probes, nil)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
 			}
@@ -157,7 +157,7 @@ func BenchmarkComputeActions(b *testing.B) {
 			st(pod, "a", container.StateRunning, 0, 3), st(pod, "b", container.StateExited, 1, 3), st(pod, "c", container.StateRunning, 0, 3)}}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = computeActions(pod, ps, probeStub{})
+		_ = computeActions(pod, ps, probeStub{}, nil)
 	}
 }
 

@@ -40,6 +40,9 @@ type fakeRuntime struct {
 	actions []container.PodActions
 	kills   []killCall
 	gcRuns  int
+	// resources, when set, gives each started container the resources
+	// the runtime reports applied (an in-place resize compares them).
+	resources func(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxContainerResources
 }
 
 type killCall struct {
@@ -106,6 +109,9 @@ func (r *fakeRuntime) SyncPod(_ context.Context, pod *v1.Pod, _ *container.PodSt
 	}
 	for _, i := range acts.ContainersToStart {
 		r.start(ps, &pod.Spec.Containers[i])
+		if r.resources != nil {
+			ps.Containers[0].Resources = r.resources(pod, &pod.Spec.Containers[i])
+		}
 	}
 	return container.SyncResult{}
 }
@@ -447,7 +453,8 @@ type harness struct {
 	pods      *Pods
 	syncer    *Syncer
 	loop      *Loop
-	volumes   Volumes // nil unless an option sets it
+	volumes   Volumes       // nil unless an option sets it
+	resize    *ResizeConfig // nil unless an option sets it
 }
 
 type harnessOption func(*harness, *LoopConfig)
@@ -486,6 +493,7 @@ func newHarness(t *testing.T, opts ...harnessOption) *harness {
 	h.syncer, err = NewSyncer(SyncerConfig{
 		Pods: h.pods, Runtime: h.rt, Cgroups: h.cgroups, Prober: h.prober, Publisher: h.publisher,
 		HostIP: "192.0.2.1", Recorder: h.rec, Clock: h.clk, Metrics: h.metrics, Volumes: h.volumes,
+		Resize: h.resize,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -55,12 +55,13 @@ func NewPlanner(clk clock.Clock, recorder Recorder) *Planner {
 	return &Planner{crashBackoff: backoff.New(clk, crashBackoffInitial, crashBackoffMax), recorder: recorder, clock: clk}
 }
 
-// Plan decides one sync of pod from ps (the runtime's view) and probes
-// (nil: no probe failed). Containers allowed to restart move their
-// back-off one step on.
-func (p *Planner) Plan(pod *v1.Pod, ps *container.PodStatus, probes ProbeResults) Plan {
+// Plan decides one sync of pod from ps (the runtime's view), probes (nil:
+// no probe failed) and the containers a resize restarts (name → Killing
+// message; nil: none). Containers allowed to restart move their back-off
+// one step on.
+func (p *Planner) Plan(pod *v1.Pod, ps *container.PodStatus, probes ProbeResults, restarts map[string]string) Plan {
 	p.forgetOldBackoffs()
-	plan := Plan{Actions: computeActions(pod, ps, probes)}
+	plan := Plan{Actions: computeActions(pod, ps, probes, restarts)}
 	if plan.Actions.SandboxChanged {
 		p.recorder.Event(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}

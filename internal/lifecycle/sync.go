@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,6 +30,10 @@ type SyncerConfig struct {
 	Volumes Volumes
 	// HostIP is the node's IP, shown as each pod's status.hostIP.
 	HostIP string
+	// Resize carries out in-place resizes; nil = a pod runs whatever
+	// resources its spec asks for, changed only when its containers are
+	// next created.
+	Resize *ResizeConfig
 	// Recorder default: drops events. Clock default: the real clock.
 	// Logger default: discards. Metrics default: none.
 	Recorder Recorder
@@ -45,6 +50,7 @@ type Syncer struct {
 	log       *slog.Logger
 	statusGen status.Generator
 	planner   *Planner
+	allocs    allocations
 }
 
 var _ podworkers.Syncer = (*Syncer)(nil)
@@ -105,31 +111,44 @@ func (s *Syncer) SyncPod(ctx context.Context, pod *v1.Pod) (terminal bool, reque
 		s.endAtDeadline(ctx, pod, st)
 		return true, 0, nil
 	}
-	if err := s.cfg.Cgroups.EnsurePod(pod); err != nil {
+	// From here on the pod runs as allocated: a resize its spec asks for
+	// applies once it fits the node.
+	run, alloc := s.allocate(pod)
+	updates, restarts := s.resizeActions(run, rs)
+	resizeErr := s.resizeInPlace(ctx, run, updates)
+	if err := s.cfg.Cgroups.EnsurePod(run); err != nil {
 		// The cgroup manager records the FailedCreatePodContainer event.
 		s.cfg.Pods.setStatus(pod.UID, st)
 		return false, 0, fmt.Errorf("ensuring the cgroup of pod %s: %w", podRef(pod), err)
 	}
-	if err := s.setupVolumes(ctx, pod, rs, st); err != nil {
+	if err := s.setupVolumes(ctx, run, rs, st); err != nil {
 		s.cfg.Pods.setStatus(pod.UID, st)
 		s.publish(ctx, pod, st)
 		return false, 0, err
 	}
-	if err := s.cfg.Prober.AddPod(pod); err != nil {
+	if err := s.cfg.Prober.AddPod(run); err != nil {
 		s.log.Warn("probes not started", "pod", podRef(pod), "err", err)
 	}
 
-	plan := s.planner.Plan(pod, rs, s.cfg.Prober)
-	res := s.cfg.Runtime.SyncPod(ctx, pod, rs, plan.Actions)
+	plan := s.planner.Plan(run, rs, s.cfg.Prober, restarts)
+	res := s.cfg.Runtime.SyncPod(ctx, run, rs, plan.Actions)
 	for name, w := range plan.Waiting {
 		res.Wait(name, w.Reason, w.Message)
 	}
 	res.Requeue(plan.RequeueAfter)
+	if resizeErr != nil {
+		res.Err = errors.Join(res.Err, resizeErr)
+		res.Requeue(resizeRetry)
+	}
+	if alloc.pending != nil {
+		res.Requeue(resizeRetry) // a deferred resize may fit later
+	}
 
 	if fresh, err := s.cfg.Runtime.GetPodStatus(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
 		rs = fresh
 	}
-	st = s.generate(pod, rs, res.Waiting)
+	st = s.generate(run, rs, res.Waiting)
+	s.resizeStatus(&st, pod, run, alloc, rs)
 	if !isTerminal(st.Phase) {
 		exceeded, left := activeDeadline(pod, st, s.cfg.Clock.Now())
 		if exceeded { // reached during this sync
@@ -189,6 +208,7 @@ func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, gracePerio
 // probe workers and its cgroup.
 func (s *Syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod) error {
 	s.cfg.Prober.RemovePod(pod)
+	s.allocs.forget(pod.UID)
 	if err := s.cfg.Cgroups.RemovePod(ctx, pod.UID); err != nil {
 		return fmt.Errorf("removing the cgroup of pod %s: %w", podRef(pod), err)
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -138,8 +139,9 @@ func (b *Builder) Node() *v1.Node {
 				{Type: v1.NodeInternalIP, Address: b.cfg.Addresses.IP},
 				{Type: v1.NodeHostName, Address: b.cfg.Addresses.Hostname},
 			},
-			DaemonEndpoints: v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: int32(b.cfg.Port)}},
-			Images:          b.images(),
+			DaemonEndpoints:  v1.NodeDaemonEndpoints{KubeletEndpoint: v1.DaemonEndpoint{Port: int32(b.cfg.Port)}},
+			Images:           b.images(),
+			DeclaredFeatures: slices.Clone(DeclaredFeatures),
 			NodeInfo: v1.NodeSystemInfo{
 				MachineID:               readTrim("/etc/machine-id"),
 				SystemUUID:              systemUUID(),
@@ -153,6 +155,17 @@ func (b *Builder) Node() *v1.Node {
 			},
 		},
 	}
+}
+
+// DeclaredFeatures are the node features, by their feature gate's name,
+// minilet declares in status.declaredFeatures (NodeDeclaredFeatures, GA in
+// 1.37), sorted: the API server lets through a pod update that needs one
+// (a resize of pod-level resources, of a non-sidecar init container) only
+// for a node that declares it, and the scheduler places a pod that needs
+// one only on such a node. Each is one minilet carries out.
+var DeclaredFeatures = []string{
+	"InPlacePodLevelResourcesVerticalScaling",
+	"InPlacePodVerticalScalingInitContainers",
 }
 
 // condition is one node condition before its times are filled in; event

@@ -20,8 +20,12 @@ func isQOSResource(name v1.ResourceName) bool {
 // cpu and memory count, init containers are included, and a pod is
 // Guaranteed only when every container (init containers too) sets non-zero
 // cpu and memory limits and the summed requests equal the summed limits.
-// pod.Status.QOSClass is ignored; the class is always recomputed.
+// pod.Status.QOSClass is ignored; the class is always recomputed. A pod
+// with pod-level resources is classed by them alone.
 func PodQOSClass(pod *v1.Pod) v1.PodQOSClass {
+	if PodLevelResourcesSet(pod) {
+		return podLevelQOSClass(pod)
+	}
 	requests := v1.ResourceList{}
 	limits := v1.ResourceList{}
 	guaranteed := true

@@ -8,22 +8,31 @@ import (
 // PodRequests returns the pod's effective requests for every resource, as
 // the scheduler and the kubelet count them: the sum over app containers and
 // restartable (sidecar) init containers, raised to the largest ordinary init
-// container (plus the sidecars started before it), plus pod overhead.
+// container (plus the sidecars started before it), plus pod overhead. The
+// cpu and memory a pod sets at pod level (spec.resources) stand instead of
+// the containers' sum.
 func PodRequests(pod *v1.Pod) v1.ResourceList {
-	return podAggregate(pod, func(c *v1.Container) v1.ResourceList { return c.Resources.Requests })
+	return podAggregate(pod, func(c *v1.Container) v1.ResourceList { return c.Resources.Requests },
+		func(r *v1.ResourceRequirements) v1.ResourceList { return r.Requests })
 }
 
 // PodLimits returns the pod's effective limits, aggregated like
 // PodRequests. A resource is present only if some container limits it; use
 // AllContainersLimit to know whether the sum bounds the whole pod.
 func PodLimits(pod *v1.Pod) v1.ResourceList {
-	return podAggregate(pod, func(c *v1.Container) v1.ResourceList { return c.Resources.Limits })
+	return podAggregate(pod, func(c *v1.Container) v1.ResourceList { return c.Resources.Limits },
+		func(r *v1.ResourceRequirements) v1.ResourceList { return r.Limits })
 }
 
-// AllContainersLimit reports whether every app container sets a non-zero
-// limit for name, which is when the kubelet bounds the pod cgroup by the
-// summed limit.
+// AllContainersLimit reports whether the pod's limit of name bounds the
+// whole pod: a pod-level limit, or every app container setting a non-zero
+// limit. That is when the kubelet bounds the pod cgroup by it.
 func AllContainersLimit(pod *v1.Pod, name v1.ResourceName) bool {
+	if pod.Spec.Resources != nil {
+		if q := quantityOrZero(pod.Spec.Resources.Limits, name); !q.IsZero() {
+			return true
+		}
+	}
 	for i := range pod.Spec.Containers {
 		q := quantityOrZero(pod.Spec.Containers[i].Resources.Limits, name)
 		if q.IsZero() {
@@ -33,7 +42,7 @@ func AllContainersLimit(pod *v1.Pod, name v1.ResourceName) bool {
 	return true
 }
 
-func podAggregate(pod *v1.Pod, get func(*v1.Container) v1.ResourceList) v1.ResourceList {
+func podAggregate(pod *v1.Pod, get func(*v1.Container) v1.ResourceList, podLevel func(*v1.ResourceRequirements) v1.ResourceList) v1.ResourceList {
 	out := v1.ResourceList{}
 	for i := range pod.Spec.Containers {
 		addList(out, get(&pod.Spec.Containers[i]))
@@ -56,6 +65,9 @@ func podAggregate(pod *v1.Pod, get func(*v1.Container) v1.ResourceList) v1.Resou
 		maxList(initMax, need)
 	}
 	maxList(out, initMax)
+	if pod.Spec.Resources != nil {
+		out = withPodLevel(out, podLevel(pod.Spec.Resources))
+	}
 	if pod.Spec.Overhead != nil {
 		addList(out, pod.Spec.Overhead)
 	}

@@ -3,6 +3,8 @@ package status
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/minilet/minilet/internal/qos"
 )
 
 // QOSClass computes the pod's quality-of-service class by the Kubernetes
@@ -17,6 +19,9 @@ import (
 // which is what the API server's defaulting would have made of it; in
 // standalone mode nothing defaults the pod before it reaches us.
 func QOSClass(pod *v1.Pod) v1.PodQOSClass {
+	if qos.PodLevelResourcesSet(pod) {
+		return qos.PodQOSClass(pod) // by spec.resources alone
+	}
 	requests := v1.ResourceList{}
 	limits := v1.ResourceList{}
 	guaranteed := true
