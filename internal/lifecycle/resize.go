@@ -415,5 +415,7 @@ func sharesToMilliCPU(shares int64) int64 {
 	return (shares*1000 + 1023) / 1024
 }
 
-func resourceMilli(m int64) *resource.Quantity { return resource.NewMilliQuantity(m, resource.DecimalSI) }
+func resourceMilli(m int64) *resource.Quantity {
+	return resource.NewMilliQuantity(m, resource.DecimalSI)
+}
 func resourceBytes(b int64) *resource.Quantity { return resource.NewQuantity(b, resource.BinarySI) }
