@@ -1,6 +1,8 @@
 // Package conformance runs the upstream Kubernetes e2e [NodeConformance]
-// specs against minilet nodes (TestNodeConformance, `make conformance`) and
-// turns the suite's JUnit report into a table of results.
+// specs against minilet nodes (TestNodeConformance, `make conformance`; and
+// TestNodeConformanceSmoke, a few fast ones in `make test` when the suite's
+// binaries are cached) and turns the suite's JUnit report into a table of
+// results.
 package conformance
 
 import (
