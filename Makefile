@@ -44,9 +44,10 @@ unit:
 
 # The upstream e2e suite's [NodeConformance] specs against one minilet node
 # of a real control plane (test/conformance), with the test images from a
-# loopback registry. Not part of `make test`: the first run builds e2e.test,
-# agnhost and ginkgo from hack/conformance (cached by content, like the
-# control plane), and a full run takes hours. The JUnit report, results.md
+# loopback registry. Not part of `make test`, which runs only the smoke set
+# (test/conformance/smoke.txt) and only once these binaries are cached: the
+# first run builds e2e.test, agnhost and ginkgo from hack/conformance (cached
+# by content, like the control plane), and a full run takes hours. The JUnit report, results.md
 # and the logs go to REPORT_DIR (default /tmp/minilet-conformance/...).
 # FOCUS (a ginkgo regexp; default every [NodeConformance] spec), PROCS
 # (parallel ginkgo processes, default 1) and TIMEOUT (default 3h) narrow it.

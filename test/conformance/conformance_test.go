@@ -87,10 +87,6 @@ func TestNodeConformance(t *testing.T) {
 		skip = append(skip, extraSkip)
 	}
 	reportDir := envOr(EnvReportDir, filepath.Join(os.TempDir(), "minilet-conformance", rt+"-"+time.Now().UTC().Format("20060102-150405")))
-	if err := os.MkdirAll(reportDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("report directory: %s", reportDir)
 
 	start := time.Now()
 	bins, err := clusterbin.EnsureConformance(t.Logf)
@@ -98,6 +94,43 @@ func TestNodeConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("conformance binaries %s (%s)", bins.Dir, time.Since(start).Round(time.Second))
+
+	run := suiteRun{
+		runtime: rt, focus: envOr(EnvFocus, DefaultFocus), skip: skip,
+		procs: procs, timeout: timeout, reportDir: reportDir,
+		// The run takes long: its progress goes to the terminal as it comes.
+		progress: os.Stdout,
+	}
+	if extraSkip != "" {
+		run.note = fmt.Sprintf("partial run: also skipped `%s` (%s)", extraSkip, EnvExtraSkip)
+	}
+	run.run(t, bins)
+}
+
+// suiteRun is one run of the upstream suite against one node of a fresh
+// control plane.
+type suiteRun struct {
+	runtime   string // embedded, containerd or kubelet
+	focus     string // ginkgo focus regexp
+	skip      []string
+	procs     int
+	timeout   time.Duration // of the whole suite
+	reportDir string        // created if missing
+	note      string        // a line for results.md's header ("": none)
+	progress  io.Writer     // gets e2e.test's output as it comes besides e2e.log (nil: only the log)
+}
+
+// run starts the test image registry, the control plane and the node,
+// runs e2e.test with bins, writes node.log and results.md into the report
+// directory and returns the specs of the JUnit report. It fails t only when
+// the suite could not run (no report, or the suite's set-up failed): spec
+// failures are for the caller to judge.
+func (r suiteRun) run(t *testing.T, bins clusterbin.Set) ([]Spec, Summary) {
+	t.Helper()
+	if err := os.MkdirAll(r.reportDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report directory: %s", r.reportDir)
 
 	ctx := context.Background()
 	reg, err := imagereg.Start(ctx, t.TempDir(), imagereg.Binaries{Agnhost: bins.Path(clusterbin.Agnhost)}, t.Logf)
@@ -108,47 +141,48 @@ func TestNodeConformance(t *testing.T) {
 
 	srv := clustertest.Start(t, clustertest.Options{ControlPlane: true})
 	var node testNode
-	if rt == "kubelet" {
+	if r.runtime == "kubelet" {
 		node = startKubeletNode(t, srv)
 	} else {
-		node = startNode(t, srv, rt)
+		node = startNode(t, srv, r.runtime)
 	}
 	waitReady(t, srv, node.name)
 
-	args := e2eArgs(srv, node, reg, reportDir)
-	focus := envOr(EnvFocus, DefaultFocus)
-	cmd := e2eCommand(bins, procs, focus, skip, timeout, args)
+	args := e2eArgs(srv, node, reg, r.reportDir)
+	cmd := e2eCommand(bins, r.procs, r.focus, r.skip, r.timeout, args)
 	cmd.Env = append(os.Environ(), "KUBE_TEST_REPO_LIST="+reg.RepoList())
-	logPath := filepath.Join(reportDir, "e2e.log")
+	logPath := filepath.Join(r.reportDir, "e2e.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logFile.Close() //nolint:errcheck // written by the child; closed after
-	// The run takes long: its progress goes to the terminal as it comes.
-	cmd.Stdout = io.MultiWriter(logFile, os.Stdout)
+	cmd.Stdout = logFile
+	if r.progress != nil {
+		cmd.Stdout = io.MultiWriter(logFile, r.progress)
+	}
 	cmd.Stderr = cmd.Stdout
-	t.Logf("running (focus %q, %d skip entries, %d procs): %s", focus, len(skip), procs, strings.Join(cmd.Args, " "))
-	start = time.Now()
+	t.Logf("running (%d skip entries, %d procs): %s", len(r.skip), r.procs, strings.Join(cmd.Args, " "))
+	start := time.Now()
 	runErr := cmd.Run()
 	t.Logf("e2e run ended after %s: %v (log %s)", time.Since(start).Round(time.Second), runErr, logPath)
-	if err := os.WriteFile(filepath.Join(reportDir, "node.log"), []byte(node.logs()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(r.reportDir, "node.log"), []byte(node.logs()), 0o644); err != nil {
 		t.Error(err)
 	}
 
-	specs, sum, err := ParseJUnitFile(filepath.Join(reportDir, "junit_01.xml"))
+	specs, sum, err := ParseJUnitFile(filepath.Join(r.reportDir, "junit_01.xml"))
 	if err != nil {
 		t.Fatalf("no results (e2e.test: %v): %v", runErr, err)
 	}
-	table := filepath.Join(reportDir, "results.md")
+	table := filepath.Join(r.reportDir, "results.md")
 	f, err := os.Create(table)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(f, "# [NodeConformance] on one node (%s)\n\nfocus `%s`, skip list test/conformance/skip.txt, %s, %s\n\n",
-		rt, focus, time.Now().UTC().Format(time.RFC3339), runtime.Version())
-	if extraSkip != "" {
-		fmt.Fprintf(f, "partial run: also skipped `%s` (%s)\n\n", extraSkip, EnvExtraSkip)
+		r.runtime, r.focus, time.Now().UTC().Format(time.RFC3339), runtime.Version())
+	if r.note != "" {
+		fmt.Fprintf(f, "%s\n\n", r.note)
 	}
 	if err := WriteTable(f, specs, sum); err != nil {
 		t.Fatal(err)
@@ -161,12 +195,13 @@ func TestNodeConformance(t *testing.T) {
 			t.Logf("FAILED %s: %s", s.Name, s.Detail)
 		}
 	}
-	t.Logf("%s runtime: %s; table %s", rt, sum, table)
+	t.Logf("%s runtime: %s; table %s", r.runtime, sum, table)
 	for _, s := range specs {
 		if strings.Contains(s.Name, "BeforeSuite") && s.Result == Failed {
 			t.Errorf("the suite's set-up failed, no spec ran: %s", s.Detail)
 		}
 	}
+	return specs, sum
 }
 
 // testNode is the node under test, whichever agent runs it.

@@ -1,6 +1,8 @@
 // Package conformance runs the upstream Kubernetes e2e [NodeConformance]
-// specs against minilet nodes (TestNodeConformance, `make conformance`) and
-// turns the suite's JUnit report into a table of results.
+// specs against minilet nodes (TestNodeConformance, `make conformance`; and
+// TestNodeConformanceSmoke, a few fast ones in `make test` when the suite's
+// binaries are cached) and turns the suite's JUnit report into a table of
+// results.
 package conformance
 
 import (
@@ -31,6 +33,9 @@ type Spec struct {
 	Seconds float64
 	// Detail is the first line of the failure or skip message.
 	Detail string
+	// Failure is a failed spec's whole failure message (what failed,
+	// where, when), for a log.
+	Failure string
 	// Suite marks the suite's own set-up and reporting nodes
 	// ([SynchronizedBeforeSuite], [ReportAfterSuite] ...): not specs, so
 	// not counted, and shown only when they fail.
@@ -103,10 +108,11 @@ func ParseJUnit(r io.Reader) ([]Spec, Summary, error) {
 				sp.Result = Failed
 				switch {
 				case c.Failure != nil:
-					sp.Detail = firstLine(c.Failure.Message + "\n" + c.Failure.Text)
+					sp.Failure = strings.TrimSpace(c.Failure.Message + "\n" + c.Failure.Text)
 				case c.Error != nil:
-					sp.Detail = firstLine(c.Error.Message + "\n" + c.Error.Text)
+					sp.Failure = strings.TrimSpace(c.Error.Message + "\n" + c.Error.Text)
 				}
+				sp.Detail = firstLine(sp.Failure)
 				if sp.Detail == "" {
 					sp.Detail = c.Status
 				}

@@ -42,7 +42,8 @@ func TestParseJUnitSortsAndCounts(t *testing.T) {
 		}
 	}
 	fail := byName["[sig-node] Pods should contain environment variables for services [NodeConformance] [Conformance]"]
-	if fail.Result != Failed || fail.Detail != `[FAILED] Timed out after 300s: pod "client-envvars" | not Running` || fail.Seconds != 8.3 {
+	if fail.Result != Failed || fail.Detail != `[FAILED] Timed out after 300s: pod "client-envvars" | not Running` || fail.Seconds != 8.3 ||
+		fail.Failure != "[FAILED] Timed out after 300s: pod \"client-envvars\" | not Running\nIn [It] at: pods.go:1" {
 		t.Errorf("failed spec: %+v", fail)
 	}
 	skip := byName["[sig-node] Probing container should be restarted with a GRPC liveness probe [NodeConformance]"]

@@ -30,7 +30,8 @@
 // The conformance harness's binaries (e2e.test, the agnhost test image's
 // program and the ginkgo CLI, [EnsureConformance]) are a third target, also
 // on demand only: hack/conformance, keys named conformance-<key>, lock file
-// conformance.lock. Nothing CI runs by default builds them.
+// conformance.lock. Nothing CI runs by default builds them; CI's smoke set
+// of them runs only when they are already there ([ConformanceCached]).
 //
 // This package needs only the standard library, so that the Makefile can
 // start the build (`go run ./internal/cluster/clusterbin/cmd/clusterbin`)
@@ -340,6 +341,34 @@ func EnsureKubelet(logf func(format string, args ...any)) (Set, error) {
 // only user.
 func EnsureConformance(logf func(format string, args ...any)) (Set, error) {
 	return conformanceTarget.ensure(ConformanceKey, logf)
+}
+
+// ConformanceCached reports whether the cache already holds every
+// conformance binary of the current key, without building them or waiting
+// for a build in progress: what a test that is worth running only when
+// `make conformance` has paid for the build asks. A complete set counts as
+// used (its key directory's time is stamped, for pruning); an incomplete
+// or missing one is left alone, and the Set returned with false says where
+// it would be.
+func ConformanceCached() (Set, bool, error) {
+	return conformanceTarget.cached(ConformanceKey)
+}
+
+// cached is [target.ensure] without the lock, the build and the pruning.
+// A key directory appears only complete (by rename), so no lock is needed
+// to trust one that is there.
+func (t target) cached(keyf func() (string, string, error)) (Set, bool, error) {
+	key, _, err := keyf()
+	if err != nil {
+		return Set{}, false, err
+	}
+	set := Set{Dir: filepath.Join(CacheDir(), t.prefix+key), Key: key}
+	if !t.complete(set) {
+		return set, false, nil // where they would be, for messages
+	}
+	now := time.Now()
+	_ = os.Chtimes(set.Dir, now, now)
+	return set, true, nil
 }
 
 func (t target) ensure(keyf func() (string, string, error), logf func(format string, args ...any)) (Set, error) {
