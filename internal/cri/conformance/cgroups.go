@@ -50,7 +50,13 @@ func readTrim(t *testing.T, path string) string {
 	return strings.TrimSpace(string(data))
 }
 
-func (s *suite) testCgroupLimits(t *testing.T) {
+func (s *suite) testCgroupLimits(t *testing.T) { s.cgroupLimits(t, true) }
+
+// testOwnCgroupLimits is testCgroupLimits for a container in a PID
+// namespace of its own, whose pid means nothing on the host.
+func (s *suite) testOwnCgroupLimits(t *testing.T) { s.cgroupLimits(t, false) }
+
+func (s *suite) cgroupLimits(t *testing.T, hostPID bool) {
 	ctx := context.Background()
 	rt := s.runtime(t)
 	p := s.newPod(t, rt, nil)
@@ -103,9 +109,26 @@ func (s *suite) testCgroupLimits(t *testing.T) {
 	for _, pp := range procs {
 		found = found || pp == pid
 	}
-	if !found {
+	if hostPID && !found {
 		t.Errorf("container process %s is not in its memory cgroup (procs %v)", pid, procs)
 	}
+	// A container from an image reads its own limits where programs look
+	// for them (runc mounts the container's cgroups at /sys/fs/cgroup).
+	inside := "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+	if s.isV2() {
+		inside = "/sys/fs/cgroup/memory.max"
+	}
+	seesOwn := func(want int) {
+		t.Helper()
+		if s.opts.Image == "host" {
+			return // a host-image container sees the host's /sys/fs/cgroup
+		}
+		out, stderr, err := rt.ExecSync(ctx, id, []string{"cat", inside}, 10*time.Second)
+		if err != nil || strings.TrimSpace(string(out)) != strconv.Itoa(want) {
+			t.Errorf("in the container, %s = %q (%v, %s), want %d", inside, out, err, stderr, want)
+		}
+	}
+	seesOwn(64 << 20)
 
 	if err := rt.UpdateContainerResources(ctx, id, &runtimeapi.ContainerResources{Linux: &runtimeapi.LinuxContainerResources{
 		MemoryLimitInBytes: 128 << 20, CpuShares: 1024, CpuQuota: 50000, CpuPeriod: 100000,
@@ -115,6 +138,7 @@ func (s *suite) testCgroupLimits(t *testing.T) {
 	if got := readTrim(t, s.cgroupFile(t, p, id, memCtl, memFile)); got != strconv.Itoa(128<<20) {
 		t.Errorf("after update %s = %s, want %d", memFile, got, 128<<20)
 	}
+	seesOwn(128 << 20)
 }
 
 func (s *suite) testOOMKilled(t *testing.T) {

@@ -75,7 +75,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) RuntimeUnderTest, opts ...O
 		{"StopGracefully", s.testStopGracefully},
 		{"ExecSync", s.testExecSync},
 		{"ListFilters", s.testListFilters},
-		{"CgroupLimits", s.testCgroupLimits},
+		{"CgroupLimits", s.testOwnCgroupLimits},
 		{"OOMKilled", s.testOOMKilled},
 		{"RestartSurvival", s.testRestartSurvival},
 		{"Images", s.testImages},
@@ -119,6 +119,8 @@ func securityTests(s *suite) []namedTest {
 		{"SeccompLocalhostMissing", s.testSeccompLocalhostMissing},
 		{"Sysctls", s.testSysctls},
 		{"ExecConfined", s.testExecConfined},
+		// A container from an image sees its own cgroups, not the host's.
+		{"CgroupLimits", s.testOwnCgroupLimits},
 	}
 }
 

@@ -73,7 +73,7 @@ func runInit() int {
 	if sec == nil {
 		sec = &Security{Privileged: true}
 	}
-	if err := setupRootfs(spec.Rootfs, spec.WorkingDir, sec.ReadOnlyRoot); err != nil {
+	if err := setupRootfs(&spec, sec.ReadOnlyRoot); err != nil {
 		return fail(err)
 	}
 	if err := confineMounts(sec, false, nil); err != nil {
@@ -144,7 +144,8 @@ func execOnHost(spec *Spec) error {
 
 // setupRootfs mounts the container's filesystems, creates the working
 // directory, and pivots into them.
-func setupRootfs(rs *RootfsSpec, workDir string, readOnly bool) error {
+func setupRootfs(spec *Spec, readOnly bool) error {
+	rs, workDir := spec.Rootfs, spec.WorkingDir
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -188,6 +189,9 @@ func setupRootfs(rs *RootfsSpec, workDir string, readOnly bool) error {
 		return unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_REC, "")
 	}); err != nil {
 		return err
+	}
+	if err := mountCgroups(m, spec.CgroupDirs, spec.CgroupV2); err != nil {
+		return fmt.Errorf("mount the container's cgroups: %w", err)
 	}
 	mounts := rs.Mounts
 	for _, f := range []string{"/etc/resolv.conf", "/etc/hosts"} {
