@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/backoff"
@@ -43,8 +44,9 @@ type Planner struct {
 	recorder     Recorder
 	clock        clock.Clock
 
-	mu     sync.Mutex
-	lastGC time.Time
+	mu         sync.Mutex
+	lastGC     time.Time
+	restartAll map[types.UID]time.Time // see restartall.go
 }
 
 // NewPlanner returns a Planner whose back-off runs on clk.
@@ -61,12 +63,21 @@ func NewPlanner(clk clock.Clock, recorder Recorder) *Planner {
 // one step on.
 func (p *Planner) Plan(pod *v1.Pod, ps *container.PodStatus, probes ProbeResults, restarts map[string]string) Plan {
 	p.forgetOldBackoffs()
-	plan := Plan{Actions: computeActions(pod, ps, probes, restarts)}
+	view := p.sinceRestartAll(pod.UID, ps)
+	var killAll []container.ContainerToKill
+	if trigger := restartAllTrigger(pod, view); trigger != "" && ps != nil {
+		// Stop everything and start over in this same sync.
+		p.setRestartAll(pod.UID, p.clock.Now())
+		killAll = killEverything(pod, ps, trigger)
+		view = &container.PodStatus{UID: ps.UID, Name: ps.Name, Namespace: ps.Namespace, Sandboxes: ps.Sandboxes}
+	}
+	plan := Plan{Actions: computeActions(pod, view, probes, restarts)}
+	plan.Actions.ContainersToKill = append(killAll, plan.Actions.ContainersToKill...)
 	if plan.Actions.SandboxChanged {
 		p.recorder.Event(pod, v1.EventTypeNormal, "SandboxChanged", "Pod sandbox changed, it will be killed and re-created.")
 	}
-	plan.Actions.InitContainersToStart = p.gate(pod, ps, pod.Spec.InitContainers, plan.Actions.InitContainersToStart, &plan)
-	plan.Actions.ContainersToStart = p.gate(pod, ps, pod.Spec.Containers, plan.Actions.ContainersToStart, &plan)
+	plan.Actions.InitContainersToStart = p.gate(pod, view, pod.Spec.InitContainers, plan.Actions.InitContainersToStart, &plan)
+	plan.Actions.ContainersToStart = p.gate(pod, view, pod.Spec.Containers, plan.Actions.ContainersToStart, &plan)
 	return plan
 }
 

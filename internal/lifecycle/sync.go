@@ -209,6 +209,7 @@ func (s *Syncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, gracePerio
 func (s *Syncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod) error {
 	s.cfg.Prober.RemovePod(pod)
 	s.allocs.forget(pod.UID)
+	s.planner.Forget(pod.UID)
 	if err := s.cfg.Cgroups.RemovePod(ctx, pod.UID); err != nil {
 		return fmt.Errorf("removing the cgroup of pod %s: %w", podRef(pod), err)
 	}

@@ -162,10 +162,11 @@ func (b *Builder) Node() *v1.Node {
 // 1.37), sorted: the API server lets through a pod update that needs one
 // (a resize of pod-level resources, of a non-sidecar init container) only
 // for a node that declares it, and the scheduler places a pod that needs
-// one only on such a node. Each is one minilet carries out.
+// one (a RestartAllContainers restart rule) only on such a node. Each is one minilet carries out.
 var DeclaredFeatures = []string{
 	"InPlacePodLevelResourcesVerticalScaling",
 	"InPlacePodVerticalScalingInitContainers",
+	"RestartAllContainersOnContainerExits",
 }
 
 // condition is one node condition before its times are filled in; event

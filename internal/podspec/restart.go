@@ -28,14 +28,11 @@ func RestartPolicyOf(c *v1.Container, pod v1.RestartPolicy) v1.RestartPolicy {
 
 // RestartsAfterExit says whether an app container that exited with code
 // is started again: the first of its restartPolicyRules whose exit codes
-// match decides (its action restarts it), else its restart policy.
+// match decides (its action restarts it, alone or with every container of
+// the pod), else its restart policy.
 func RestartsAfterExit(c *v1.Container, pod v1.RestartPolicy, code int32) bool {
-	if c != nil {
-		for _, r := range c.RestartPolicyRules {
-			if r.ExitCodes != nil && exitCodesMatch(r.ExitCodes, code) {
-				return r.Action == v1.ContainerRestartRuleActionRestart
-			}
-		}
+	if r := matchingRule(c, code); r != nil {
+		return r.Action == v1.ContainerRestartRuleActionRestart || r.Action == v1.ContainerRestartRuleActionRestartAllContainers
 	}
 	switch RestartPolicyOf(c, pod) {
 	case v1.RestartPolicyNever:
@@ -45,6 +42,30 @@ func RestartsAfterExit(c *v1.Container, pod v1.RestartPolicy, code int32) bool {
 	default:
 		return true
 	}
+}
+
+// RestartsAllAfterExit says whether container c (app or init) exiting
+// with code restarts every container of its pod in place: the first of
+// its restartPolicyRules whose exit codes match has the action
+// RestartAllContainers (RestartAllContainersOnContainerExits, beta and on
+// in 1.37).
+func RestartsAllAfterExit(c *v1.Container, code int32) bool {
+	r := matchingRule(c, code)
+	return r != nil && r.Action == v1.ContainerRestartRuleActionRestartAllContainers
+}
+
+// matchingRule is the first of c's restartPolicyRules whose exit codes
+// match code, nil when none does.
+func matchingRule(c *v1.Container, code int32) *v1.ContainerRestartRule {
+	if c == nil {
+		return nil
+	}
+	for i := range c.RestartPolicyRules {
+		if r := &c.RestartPolicyRules[i]; r.ExitCodes != nil && exitCodesMatch(r.ExitCodes, code) {
+			return r
+		}
+	}
+	return nil
 }
 
 func exitCodesMatch(e *v1.ContainerRestartRuleOnExitCodes, code int32) bool {

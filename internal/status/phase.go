@@ -8,7 +8,8 @@ import (
 // Phase computes the pod phase from its container statuses by the
 // kubelet's rules:
 //
-//   - Failed: an init container failed and the pod never restarts;
+//   - Failed: an init container failed and the pod never restarts (an
+//     exit that restarts all the pod's containers is no failure);
 //   - Pending: an init container is still to run (or a sidecar to start
 //     before any app container ran), or an app container waits for its
 //     first start, or the runtime knows nothing of a container yet;
@@ -36,11 +37,11 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 		case cs.State.Running != nil:
 			pendingInit++
 		case cs.State.Terminated != nil:
-			if cs.State.Terminated.ExitCode != 0 {
+			if code := cs.State.Terminated.ExitCode; code != 0 && !podspec.RestartsAllAfterExit(c, code) {
 				failedInit++
 			}
 		case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
-			if cs.LastTerminationState.Terminated.ExitCode != 0 {
+			if code := cs.LastTerminationState.Terminated.ExitCode; code != 0 && !podspec.RestartsAllAfterExit(c, code) {
 				failedInit++
 			}
 		default:
