@@ -219,8 +219,8 @@ func TestValidate(t *testing.T) {
 				ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
 		}, nil},
 		{"restart rule needs the container's policy and exit codes", func(p *v1.Pod) {
-			p.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestartAllContainers}}
-		}, []string{"spec.containers[0].restartPolicy: Required value", `spec.containers[0].restartPolicyRules[0].action: Unsupported value: "RestartAllContainers"`,
+			p.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: "RestartSomething"}}
+		}, []string{"spec.containers[0].restartPolicy: Required value", `spec.containers[0].restartPolicyRules[0].action: Unsupported value: "RestartSomething"`,
 			"spec.containers[0].restartPolicyRules[0].exitCodes: Required value"}},
 		{"mount without volume", func(p *v1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}

@@ -103,7 +103,9 @@ func validateVolumes(vols []v1.Volume, p *field.Path) (sets.Set[string], field.E
 
 // validateRestartRules checks an app container's restartPolicy and
 // restartPolicyRules (ContainerRestartRules, beta and on in 1.37): rules
-// need an explicit restartPolicy, restart on exit codes only, at most 20.
+// need an explicit restartPolicy, restart the container or all the pod's
+// containers (RestartAllContainersOnContainerExits) on exit codes only, at
+// most 20.
 func validateRestartRules(c *v1.Container, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if c.RestartPolicy != nil {
@@ -125,8 +127,9 @@ func validateRestartRules(c *v1.Container, p *field.Path) field.ErrorList {
 		errs = append(errs, field.TooMany(rp, len(c.RestartPolicyRules), 20))
 	}
 	for i, r := range c.RestartPolicyRules {
-		if r.Action != v1.ContainerRestartRuleActionRestart {
-			errs = append(errs, field.NotSupported(rp.Index(i).Child("action"), r.Action, []string{string(v1.ContainerRestartRuleActionRestart)}))
+		if r.Action != v1.ContainerRestartRuleActionRestart && r.Action != v1.ContainerRestartRuleActionRestartAllContainers {
+			errs = append(errs, field.NotSupported(rp.Index(i).Child("action"), r.Action, []string{
+				string(v1.ContainerRestartRuleActionRestart), string(v1.ContainerRestartRuleActionRestartAllContainers)}))
 		}
 		switch {
 		case r.ExitCodes == nil:

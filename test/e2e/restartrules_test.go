@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -35,6 +36,59 @@ func TestContainerRestartRules(t *testing.T) {
 				n := p.Status.ContainerStatuses[0].RestartCount
 				return p.Status.Phase == v1.PodFailed && n == 0, fmt.Sprintf("phase %s, restarts %d", p.Status.Phase, n)
 			})
+		})
+	}
+}
+
+// TestRestartAllContainers: a container whose exit matches a rule with
+// the action RestartAllContainers starts its whole pod over in place: the
+// init container runs again, the other app container is stopped and
+// started again, and the pod (restartPolicy Never) keeps Running instead
+// of failing. The emptyDir survives, so the second run does not exit 42
+// and nothing loops.
+func TestRestartAllContainers(t *testing.T) {
+	for _, rt := range podRuntimes() {
+		t.Run(rt.name, func(t *testing.T) {
+			a := rt.start(t)
+			name := "ra-" + rt.name
+			a.WriteManifest("ra.yaml", fmt.Sprintf(`
+apiVersion: v1
+kind: Pod
+metadata: {name: %[1]s}
+spec:
+  restartPolicy: Never
+  volumes: [{name: work, emptyDir: {}}]
+  initContainers:
+  - {name: init, %[2]s, command: ["sh", "-c", "exit 0"]}
+  containers:
+  - name: src
+    %[3]s
+    command: ["sh", "-c", "if [ -f /work/done ]; then exec sleep 1000; fi; touch /work/done; exit 42"]
+    volumeMounts: [{name: work, mountPath: /work}]
+    restartPolicy: Never
+    restartPolicyRules: [{action: RestartAllContainers, exitCodes: {operator: In, values: [42]}}]
+  - {name: other, %[2]s, command: ["sleep", "1000"]}
+`, name, rt.image, strings.ReplaceAll(rt.image, ", ", "\n    ")))
+			pod := a.Static(name)
+			a.Eventually("every container restarted once, the pod Running", func() (bool, string) {
+				p, ok := a.Pod(pod)
+				if !ok || len(p.Status.ContainerStatuses) != 2 || len(p.Status.InitContainerStatuses) != 1 {
+					return false, describe(p, ok)
+				}
+				var got []string
+				done := p.Status.Phase == v1.PodRunning
+				for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+					got = append(got, fmt.Sprintf("%s:%d", cs.Name, cs.RestartCount))
+					done = done && cs.RestartCount >= 1 && cs.LastTerminationState.Terminated != nil
+				}
+				return done, fmt.Sprintf("phase %s, restarts %v", p.Status.Phase, got)
+			})
+			p, _ := a.Pod(pod)
+			for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+				if cs.RestartCount != 1 {
+					t.Errorf("%s restarted %d times, want once (no loop)", cs.Name, cs.RestartCount)
+				}
+			}
 		})
 	}
 }
