@@ -31,18 +31,7 @@ func (m *Manager) sandboxConfig(pod *v1.Pod, attempt uint32) *runtimeapi.PodSand
 	if pod.Spec.HostNetwork {
 		hostname = ""
 	}
-	ns := &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_POD, Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_POD}
-	if pod.Spec.HostNetwork {
-		ns.Network = runtimeapi.NamespaceMode_NODE
-	}
-	if pod.Spec.HostPID {
-		ns.Pid = runtimeapi.NamespaceMode_NODE
-	} else if pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace {
-		ns.Pid = runtimeapi.NamespaceMode_POD
-	}
-	if pod.Spec.HostIPC {
-		ns.Ipc = runtimeapi.NamespaceMode_NODE
-	}
+	ns := namespaceOptions(pod)
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt},
 		Hostname:     hostname,
@@ -205,6 +194,10 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	if err != nil {
 		return nil, err
 	}
+	// The container's namespaces are the sandbox's: a runtime reads them
+	// here (containerd puts a container without them in the pod's PID
+	// namespace, where PID 1 is the pause process).
+	sc.NamespaceOptions = namespaceOptions(pod)
 	cfg.Linux = &runtimeapi.LinuxContainerConfig{SecurityContext: sc}
 	if m.cfg.PodCgroups != nil {
 		cfg.Linux.Resources = m.cfg.PodCgroups.ContainerResources(pod, c)
@@ -225,4 +218,24 @@ func (m *Manager) containerConfig(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		}
 	}
 	return cfg, nil
+}
+
+// namespaceOptions are the pod's namespaces, for its sandbox and each of
+// its containers: the pod's network and IPC namespaces, a PID namespace
+// per container, unless the pod shares the host's (hostNetwork, hostPID,
+// hostIPC) or its process namespace (shareProcessNamespace).
+func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {
+	ns := &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_POD, Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_POD}
+	if pod.Spec.HostNetwork {
+		ns.Network = runtimeapi.NamespaceMode_NODE
+	}
+	if pod.Spec.HostPID {
+		ns.Pid = runtimeapi.NamespaceMode_NODE
+	} else if pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace {
+		ns.Pid = runtimeapi.NamespaceMode_POD
+	}
+	if pod.Spec.HostIPC {
+		ns.Ipc = runtimeapi.NamespaceMode_NODE
+	}
+	return ns
 }

@@ -497,3 +497,25 @@ spec:
 		return len(ctrs) == 0 && len(sbs) == 0, fmt.Sprintf("%d running containers, %d ready sandboxes", len(ctrs), len(sbs))
 	})
 }
+
+// TestContainerdContainerHasItsOwnPIDNamespace: on containerd a
+// container's PID 1 is its own process, not the pod's pause process (the
+// runtime reads each container's namespace options; without them it puts
+// the container in the pod's PID namespace), while with
+// shareProcessNamespace it is the pause process.
+func TestContainerdContainerHasItsOwnPIDNamespace(t *testing.T) {
+	rt := podRuntimes()[1]
+	a := rt.start(t)
+	cmd := `command: ["sh", "-c", "tr '\\0' ' ' < /proc/1/cmdline > /dev/termination-log; exit 3"]`
+	a.WriteManifest("own.yaml", rt.manifest("pid-own", "", cmd))
+	a.WriteManifest("shared.yaml", rt.manifest("pid-shared", "  shareProcessNamespace: true\n", cmd))
+	for name, want := range map[string]string{"pid-own": "sh -c", "pid-shared": "/pause"} {
+		pod := a.Static(name)
+		a.Eventually(name+": PID 1 is "+want, func() (bool, string) {
+			p, ok := a.Pod(pod)
+			s, _ := containerStatus(p, "main")
+			term := s.State.Terminated
+			return ok && term != nil && strings.HasPrefix(term.Message, want), describe(p, ok)
+		})
+	}
+}
