@@ -228,9 +228,10 @@ func (s *Syncer) resizeActions(pod *v1.Pod, rs *container.PodStatus) (updates []
 // CFS quota of a child may not exceed its parent's, so a container's
 // lower quota and the pod's lower bound can only be set in that order),
 // then each container is updated; the pod cgroup gets its final values
-// from EnsurePod right after.
-func (s *Syncer) resizeInPlace(ctx context.Context, pod *v1.Pod, updates []containerUpdate) error {
-	if len(updates) == 0 {
+// from EnsurePod after that, and after the containers a resize restarts
+// (restarting) are replaced.
+func (s *Syncer) resizeInPlace(ctx context.Context, pod *v1.Pod, updates []containerUpdate, restarting bool) error {
+	if len(updates) == 0 && !restarting {
 		return nil
 	}
 	if err := s.cfg.Resize.Cgroups.UnboundPodCPU(pod); err != nil {

@@ -140,8 +140,8 @@ func TestResizeRestartsWhereTheResizePolicySays(t *testing.T) {
 	if got := h.rt.attempts(pod.UID, "app"); got != 2 {
 		t.Fatalf("%d attempts of app, want 2: a cpu resize restarts it", got)
 	}
-	if len(f.updates) != 0 {
-		t.Errorf("runtime updates %v for a container that restarts", f.updates)
+	if len(f.updates) != 0 || f.unbound != 1 {
+		t.Errorf("runtime updates %v for a container that restarts; pod CPU unbound %d times, want once (its old quota stays until it is replaced)", f.updates, f.unbound)
 	}
 	var killed []string
 	for _, a := range h.rt.actions {

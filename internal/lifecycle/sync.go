@@ -115,8 +115,10 @@ func (s *Syncer) SyncPod(ctx context.Context, pod *v1.Pod) (terminal bool, reque
 	// applies once it fits the node.
 	run, alloc := s.allocate(pod)
 	updates, restarts := s.resizeActions(run, rs)
-	resizeErr := s.resizeInPlace(ctx, run, updates)
-	if err := s.cfg.Cgroups.EnsurePod(run); err != nil {
+	resizeErr := s.resizeInPlace(ctx, run, updates, len(restarts) > 0)
+	// A container a resize restarts keeps its old bound until it is
+	// replaced: the pod cgroup then gets its new values after that (below).
+	if err := s.ensureCgroupUnless(len(restarts) > 0, run); err != nil {
 		// The cgroup manager records the FailedCreatePodContainer event.
 		s.cfg.Pods.setStatus(pod.UID, st)
 		return false, 0, fmt.Errorf("ensuring the cgroup of pod %s: %w", podRef(pod), err)
@@ -132,6 +134,12 @@ func (s *Syncer) SyncPod(ctx context.Context, pod *v1.Pod) (terminal bool, reque
 
 	plan := s.planner.Plan(run, rs, s.cfg.Prober, restarts)
 	res := s.cfg.Runtime.SyncPod(ctx, run, rs, plan.Actions)
+	if len(restarts) > 0 {
+		if err := s.cfg.Cgroups.EnsurePod(run); err != nil {
+			res.Err = errors.Join(res.Err, fmt.Errorf("resizing the cgroup of pod %s: %w", podRef(pod), err))
+			res.Requeue(resizeRetry)
+		}
+	}
 	for name, w := range plan.Waiting {
 		res.Wait(name, w.Reason, w.Message)
 	}
@@ -163,6 +171,15 @@ func (s *Syncer) SyncPod(ctx context.Context, pod *v1.Pod) (terminal bool, reque
 		return true, 0, nil
 	}
 	return false, res.RequeueAfter, res.Err
+}
+
+// ensureCgroupUnless is EnsurePod of pod unless later is set (the
+// pod's cgroup exists and gets its values after the sync's restarts).
+func (s *Syncer) ensureCgroupUnless(later bool, pod *v1.Pod) error {
+	if later {
+		return nil
+	}
+	return s.cfg.Cgroups.EnsurePod(pod)
 }
 
 // endAtDeadline ends a pod that outlived its activeDeadlineSeconds: it
