@@ -26,6 +26,9 @@ type PodActions struct {
 	// InitContainersToStart and ContainersToStart index the pod spec.
 	InitContainersToStart []int
 	ContainersToStart     []int
+	// EphemeralContainersToStart index spec.ephemeralContainers: each is
+	// started once, in a running pod, and never again.
+	EphemeralContainersToStart []int
 	// ContainersToKill are running containers to stop (and maybe restart).
 	ContainersToKill []ContainerToKill
 }

@@ -127,6 +127,11 @@ func specOf(pod *v1.Pod, name string) *v1.Container {
 			return &pod.Spec.InitContainers[i]
 		}
 	}
+	for _, c := range podspec.EphemeralContainers(pod) {
+		if c.Name == name {
+			return &c
+		}
+	}
 	return nil
 }
 

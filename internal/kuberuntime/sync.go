@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minilet/minilet/internal/container"
+	"github.com/minilet/minilet/internal/podspec"
 )
 
 // SyncPod carries out what the lifecycle core decided for one sync of
@@ -68,6 +69,10 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 	}
 	for _, i := range acts.ContainersToStart {
 		m.startContainer(ctx, pod, ps, &pod.Spec.Containers[i], sandboxID, podIP, sandboxCfg, &res)
+	}
+	ephemeral := podspec.EphemeralContainers(pod)
+	for _, i := range acts.EphemeralContainersToStart {
+		m.startContainer(ctx, pod, ps, &ephemeral[i], sandboxID, podIP, sandboxCfg, &res)
 	}
 	return res
 }

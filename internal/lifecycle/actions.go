@@ -96,6 +96,13 @@ func computeActions(pod *v1.Pod, ps *container.PodStatus, probes ProbeResults, r
 		// Nothing runs or will run again: the pod is done, sidecars too.
 		acts.KillPod = true
 		acts.InitContainersToStart, acts.ContainersToKill = nil, nil
+		return acts
+	}
+	// Ephemeral containers (kubectl debug) start once in the running pod.
+	for i, ec := range pod.Spec.EphemeralContainers {
+		if ps.FindContainer(ec.Name) == nil {
+			acts.EphemeralContainersToStart = append(acts.EphemeralContainersToStart, i)
+		}
 	}
 	return acts
 }

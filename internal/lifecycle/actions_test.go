@@ -172,3 +172,27 @@ func specOf(pod *v1.Pod, name string) *v1.Container {
 	}
 	return nil
 }
+
+// An ephemeral container starts once in the running pod and never again;
+// a pod being replaced does not start it.
+func TestEphemeralContainersStartOnce(t *testing.T) {
+	pod := mkPod(v1.RestartPolicyAlways, nil, "a")
+	pod.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "dbg", Image: "host"}}}
+	ready := []*container.SandboxStatus{sandbox(runtimeapi.PodSandboxState_SANDBOX_READY, 0)}
+	running := st(pod, "a", container.StateRunning, 0, 1)
+
+	got := computeActions(pod, &container.PodStatus{Sandboxes: ready, Containers: []*container.ContainerStatus{running}}, nil, nil)
+	if !reflect.DeepEqual(got.EphemeralContainersToStart, []int{0}) {
+		t.Fatalf("ephemeral containers to start %v, want [0]", got.EphemeralContainersToStart)
+	}
+	exited := &container.ContainerStatus{ID: container.ID{Type: "test", ID: "dbg-1"}, Name: "dbg", State: container.StateExited, ExitCode: 1, CreatedAt: base.Add(2 * time.Minute)}
+	got = computeActions(pod, &container.PodStatus{Sandboxes: ready, Containers: []*container.ContainerStatus{exited, running}}, nil, nil)
+	if len(got.EphemeralContainersToStart) != 0 {
+		t.Errorf("an ephemeral container that ran is started again: %v", got.EphemeralContainersToStart)
+	}
+	dead := []*container.SandboxStatus{sandbox(runtimeapi.PodSandboxState_SANDBOX_NOTREADY, 0)}
+	got = computeActions(pod, &container.PodStatus{Sandboxes: dead, Containers: []*container.ContainerStatus{running}}, nil, nil)
+	if len(got.EphemeralContainersToStart) != 0 {
+		t.Errorf("a pod getting a new sandbox starts its ephemeral container: %+v", got)
+	}
+}

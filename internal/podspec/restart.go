@@ -78,3 +78,18 @@ func exitCodesMatch(e *v1.ContainerRestartRuleOnExitCodes, code int32) bool {
 	}
 	return false
 }
+
+// EphemeralContainers are pod's ephemeral containers (kubectl debug) as
+// containers: they run like one, but are started once, never restarted,
+// and have no ports, probes, resources or lifecycle hooks (the API server
+// refuses them).
+func EphemeralContainers(pod *v1.Pod) []v1.Container {
+	if len(pod.Spec.EphemeralContainers) == 0 {
+		return nil
+	}
+	out := make([]v1.Container, len(pod.Spec.EphemeralContainers))
+	for i := range pod.Spec.EphemeralContainers {
+		out[i] = v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+	}
+	return out
+}

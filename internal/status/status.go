@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/minilet/minilet/internal/container"
+	"github.com/minilet/minilet/internal/podspec"
 )
 
 // ProbeStatus lets the prober fill in the ready and started fields of
@@ -48,6 +49,7 @@ func (g Generator) Generate(pod *v1.Pod, rs *container.PodStatus, prev *v1.PodSt
 	hasInit := len(pod.Spec.InitContainers) > 0
 	s.InitContainerStatuses = g.containerStatuses(pod.Spec.InitContainers, rs, prev.InitContainerStatuses, waiting, true, hasInit)
 	s.ContainerStatuses = g.containerStatuses(pod.Spec.Containers, rs, prev.ContainerStatuses, waiting, false, hasInit)
+	s.EphemeralContainerStatuses = g.containerStatuses(podspec.EphemeralContainers(pod), rs, prev.EphemeralContainerStatuses, waiting, false, hasInit)
 	sort.Slice(s.ContainerStatuses, func(i, j int) bool { return s.ContainerStatuses[i].Name < s.ContainerStatuses[j].Name })
 	capMessages(pod, &s)
 	if g.Probes != nil {
