@@ -60,6 +60,28 @@ func TestPodDNSConfig(t *testing.T) {
 	}
 }
 
+// A pod on the host's network gets a kubelet-managed /etc/hosts too (the
+// node's, then its hostAliases), though the runtime reports no IP for its
+// sandbox: the node's IP is its IP, as the kubelet takes it.
+func TestHostNetworkPodGetsItsHostAliases(t *testing.T) {
+	e := newEnv(t)
+	pod := mkPod(v1.RestartPolicyNever, nil, "a")
+	pod.Spec.HostNetwork = true
+	pod.Spec.HostAliases = []v1.HostAlias{{IP: "123.45.67.89", Hostnames: []string{"foo", "bar"}}}
+	if res := e.sync(pod); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	data, err := os.ReadFile(filepath.Join(e.cfg.PodsDir, string(pod.UID), "etc-hosts"))
+	if err != nil {
+		t.Fatalf("no hosts file for the host-network pod: %v", err)
+	}
+	for _, want := range []string{"# Kubernetes-managed hosts file (host network).\n", "\n123.45.67.89\tfoo\tbar\n"} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("hosts file lacks %q:\n%s", want, data)
+		}
+	}
+}
+
 func TestPodHostsFile(t *testing.T) {
 	m := newEnv(t, func(c *Config) { c.ClusterDomain = "cluster.local" }).m
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns1", UID: "u1"}, Spec: v1.PodSpec{

@@ -13,6 +13,7 @@ import (
 	"github.com/minilet/minilet/internal/lifecycle"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critest "k8s.io/cri-api/pkg/apis/testing"
 	testclock "k8s.io/utils/clock/testing"
 )
@@ -39,6 +40,18 @@ func (f *fakeRuntime) StopContainer(ctx context.Context, id string, timeout int6
 	f.timeouts[id] = timeout
 	f.mu.Unlock()
 	return f.FakeRuntimeService.StopContainer(ctx, id, timeout)
+}
+
+// RunPodSandbox reports no IP for a sandbox on the host's network, as
+// containerd does (the fake gives every sandbox one).
+func (f *fakeRuntime) RunPodSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (string, error) {
+	id, err := f.FakeRuntimeService.RunPodSandbox(ctx, cfg, handler)
+	if err == nil && cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE {
+		f.Lock()
+		f.Sandboxes[id].Network = &runtimeapi.PodSandboxNetworkStatus{}
+		f.Unlock()
+	}
+	return id, err
 }
 
 func (f *fakeRuntime) ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, []byte, error) {

@@ -55,6 +55,12 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 			}
 		}
 	}
+	if podIP == "" && pod.Spec.HostNetwork {
+		// The runtime gives a sandbox on the host's network no IP; the
+		// node's is the pod's (its hosts file, status.podIP), as the
+		// kubelet takes it.
+		podIP = m.cfg.HostIP
+	}
 	sandboxCfg := m.sandboxConfig(pod, acts.Attempt)
 	if !acts.CreateSandbox {
 		for _, sb := range ps.Sandboxes {

@@ -153,6 +153,27 @@ func TestTerminationMessageFallbackToLogs(t *testing.T) {
 	}
 }
 
+// A failed container whose last output has no newline (`echo -n DONE;
+// false`): the runtime logs it as a partial line, and the message is that
+// output as it is, without a newline added (upstream's conformance spec
+// "termination message from log output").
+func TestTerminationMessageFromLogsEndingWithoutNewline(t *testing.T) {
+	e := newEnv(t)
+	pod := messagePod(v1.TerminationMessageFallbackToLogsOnError)
+	id, _ := e.startWithMessageFile(pod)
+	path := filepath.Join(t.TempDir(), "0.log")
+	if err := os.WriteFile(path, []byte("2026-01-02T03:04:05.000000000Z stdout P DONE\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.rt.Lock()
+	e.rt.Containers[id].LogPath = path
+	e.rt.Unlock()
+	e.exit(pod, "a", 1)
+	if got := e.message(pod); got != "DONE" {
+		t.Fatalf("message = %q, want %q", got, "DONE")
+	}
+}
+
 var pad40 = strings.Repeat(".", 40)
 
 func tailLines(from, to int, pad string) string {

@@ -40,7 +40,11 @@ func (p *printer) follow(ctx context.Context, path string, f *os.File) error {
 		}
 		if p.opts.Done != nil && p.opts.Done() {
 			// The writer is gone: what it wrote before is in the file now.
-			return p.copyAvailable(f)
+			if err := p.copyAvailable(f); err != nil {
+				return err
+			}
+			p.writeUnterminated()
+			return p.err
 		}
 		select {
 		case <-ctx.Done():

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/minilet/minilet/internal/errdefs"
@@ -70,6 +71,11 @@ type Message struct {
 	Time    time.Time
 	Stream  string
 	Content []byte // without the trailing newline
+	// Unterminated marks partial lines that no full line ended when the
+	// file did (a container's last output without a newline, which the
+	// runtime writes as a P line): written as they are, without a newline,
+	// as the kubelet writes a partial line.
+	Unterminated bool
 }
 
 // ParseLine parses one CRI log line (without its newline). It returns the
@@ -158,12 +164,15 @@ func ReadLogs(ctx context.Context, path string, opts Options, w io.Writer) error
 
 	p := &printer{opts: opts, w: w}
 	if opts.TailLines != nil && *opts.TailLines >= 0 {
-		if err := p.tail(f); err != nil {
+		if err := p.tail(f, !opts.Follow); err != nil {
 			return err
 		}
 	} else {
 		if err := p.copyAvailable(f); err != nil {
 			return err
+		}
+		if !opts.Follow {
+			p.writeUnterminated()
 		}
 	}
 	if p.limitReached() || !opts.Follow {
@@ -253,6 +262,27 @@ func (p *printer) parse(line []byte) (Message, bool) {
 	return Message{Time: ts, Stream: stream, Content: content}, true
 }
 
+// unterminated takes the partial lines no full line has ended yet, one
+// message per stream in the order they began, marked Unterminated.
+func (p *printer) unterminated() []Message {
+	var ms []Message
+	for stream, content := range p.partial {
+		ms = append(ms, Message{Time: p.partialTime[stream], Stream: stream, Content: content, Unterminated: true})
+	}
+	slices.SortFunc(ms, func(a, b Message) int { return a.Time.Compare(b.Time) })
+	clear(p.partial)
+	clear(p.partialTime)
+	return ms
+}
+
+// writeUnterminated writes what the file ends with in partial lines: the
+// reading is over, no full line will end them.
+func (p *printer) writeUnterminated() {
+	for _, m := range p.unterminated() {
+		p.write(m)
+	}
+}
+
 // write prints one message, honouring Since, Timestamps and LimitBytes.
 func (p *printer) write(m Message) {
 	if p.limitReached() {
@@ -267,7 +297,9 @@ func (p *printer) write(m Message) {
 		buf = append(buf, ' ')
 	}
 	buf = append(buf, m.Content...)
-	buf = append(buf, '\n')
+	if !m.Unterminated {
+		buf = append(buf, '\n')
+	}
 	if p.opts.LimitBytes > 0 {
 		if left := p.opts.LimitBytes - p.written; int64(len(buf)) > left {
 			buf = buf[:left]
@@ -292,8 +324,10 @@ func (p *printer) copyAvailable(r io.Reader) error {
 	return p.err
 }
 
-// tail writes the last opts.TailLines messages available in r now.
-func (p *printer) tail(r io.Reader) error {
+// tail writes the last opts.TailLines messages available in r now; final
+// (nothing is read after) counts partial lines the file ends with as a
+// message.
+func (p *printer) tail(r io.Reader, final bool) error {
 	n := int(*p.opts.TailLines)
 	if n == 0 {
 		// Nothing to print, but consume the file so following starts at
@@ -302,11 +336,7 @@ func (p *printer) tail(r io.Reader) error {
 	}
 	ring := make([]Message, 0, min(n, 1024))
 	start := 0
-	err := p.readLines(r, func(line []byte) {
-		m, ok := p.parse(line)
-		if !ok {
-			return
-		}
+	keep := func(m Message) {
 		// Keep a copy, reusing the slot's buffer of an older message.
 		if len(ring) < n {
 			m.Content = append([]byte(nil), m.Content...)
@@ -316,9 +346,19 @@ func (p *printer) tail(r io.Reader) error {
 		m.Content = append(ring[start].Content[:0], m.Content...)
 		ring[start] = m
 		start = (start + 1) % n
+	}
+	err := p.readLines(r, func(line []byte) {
+		if m, ok := p.parse(line); ok {
+			keep(m)
+		}
 	})
 	if err != nil {
 		return err
+	}
+	if final {
+		for _, m := range p.unterminated() {
+			keep(m)
+		}
 	}
 	for i := range ring {
 		p.write(ring[(start+i)%len(ring)])

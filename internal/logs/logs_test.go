@@ -282,3 +282,36 @@ func TestFollowEndsWhenContainerIsDone(t *testing.T) {
 		t.Fatalf("got %q, want the last line written before the exit too", got)
 	}
 }
+
+// A container's last output without a newline is a P line no F line ends
+// (containerd writes it so): it is written as it is, without a newline,
+// by a read that ends there, and counts as a message for tail.
+func TestReadLogsWritesTheUnterminatedEnd(t *testing.T) {
+	path := writeFile(t, line(0, Stdout, "F", "one")+line(1, Stderr, "P", "err ")+line(2, Stdout, "P", "DO")+line(3, Stdout, "P", "NE")+line(4, Stderr, "P", "end"))
+	for _, tt := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"all", Options{}, "one\nerr endDONE"},
+		{"tail 1", Options{TailLines: Tail(1)}, "DONE"},
+		{"tail 2", Options{TailLines: Tail(2)}, "err endDONE"},
+		{"tail 3", Options{TailLines: Tail(3)}, "one\nerr endDONE"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := read(t, path, tt.opts); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+
+	// Following the log of a container that exited writes it too.
+	out := &bytes.Buffer{}
+	opts := Options{Follow: true, Done: func() bool { return true }}
+	if err := ReadLogs(context.Background(), path, opts, out); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "one\nerr endDONE"; got != want {
+		t.Errorf("follow of an exited container: got %q, want %q", got, want)
+	}
+}

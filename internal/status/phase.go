@@ -13,12 +13,22 @@ import (
 //   - Pending: an init container is still to run (or a sidecar to start
 //     before any app container ran), or an app container waits for its
 //     first start, or the runtime knows nothing of a container yet;
-//   - Running: an app container runs, or all stopped but they will be
-//     restarted (Always; OnFailure after a failure);
+//   - Running: an app container runs, or all stopped and one of them will
+//     be restarted (by its own restart policy or rules, else the pod's);
 //   - Succeeded: all app containers stopped with exit code 0 and none will
 //     restart;
-//   - Failed: all stopped, one failed, and the pod never restarts.
+//   - Failed: all stopped, one failed, and none will restart.
+//
+// Whether a stopped container restarts is its own decision
+// (ContainerRestartRules, on in the kubelet since 1.34): a pod with
+// restartPolicy Always whose only container has restartPolicy Never ends
+// Failed or Succeeded when it exits, as the kubelet's does.
 func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase {
+	policy := pod.Spec.RestartPolicy
+	if policy == "" {
+		policy = v1.RestartPolicyAlways
+	}
+	// failedInit: init containers that failed and will not run again.
 	pendingInit, failedInit, pendingSidecars := 0, 0, 0
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
@@ -37,11 +47,11 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 		case cs.State.Running != nil:
 			pendingInit++
 		case cs.State.Terminated != nil:
-			if code := cs.State.Terminated.ExitCode; code != 0 && !podspec.RestartsAllAfterExit(c, code) {
+			if code := cs.State.Terminated.ExitCode; code != 0 && !podspec.RestartsAfterExit(c, policy, code) {
 				failedInit++
 			}
 		case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
-			if code := cs.LastTerminationState.Terminated.ExitCode; code != 0 && !podspec.RestartsAllAfterExit(c, code) {
+			if code := cs.LastTerminationState.Terminated.ExitCode; code != 0 && !podspec.RestartsAfterExit(c, policy, code) {
 				failedInit++
 			}
 		default:
@@ -49,10 +59,6 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 		}
 	}
 
-	policy := pod.Spec.RestartPolicy
-	if policy == "" {
-		policy = v1.RestartPolicyAlways
-	}
 	// restarting: stopped containers that will start again (by their own
 	// restart policy or rules, which may differ from the pod's).
 	unknown, running, waiting, stopped, succeeded, restarting := 0, 0, 0, 0, 0, 0
@@ -84,12 +90,12 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 		}
 	}
 
-	if failedInit > 0 && policy == v1.RestartPolicyNever {
+	if failedInit > 0 {
 		return v1.PodFailed
 	}
 	appStarted := running+stopped > 0
 	switch {
-	case pendingInit > 0 || failedInit > 0 && !appStarted:
+	case pendingInit > 0:
 		return v1.PodPending
 	case pendingSidecars > 0 && !appStarted:
 		return v1.PodPending
@@ -98,16 +104,13 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 	case running > 0 && unknown == 0:
 		return v1.PodRunning
 	case running == 0 && stopped > 0 && unknown == 0:
-		if policy == v1.RestartPolicyAlways || restarting > 0 {
+		if restarting > 0 {
 			return v1.PodRunning
 		}
 		if stopped == succeeded {
 			return v1.PodSucceeded
 		}
-		if policy == v1.RestartPolicyNever {
-			return v1.PodFailed
-		}
-		return v1.PodRunning
+		return v1.PodFailed
 	default:
 		return v1.PodPending
 	}

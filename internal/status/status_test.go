@@ -79,6 +79,17 @@ func TestPhase(t *testing.T) {
 			[]*container.ContainerStatus{exited("a", t0, 42, 0)}, v1.PodRunning, nil},
 		{"never: a restart rule not matching fails it", withRestartRule(testPod(v1.RestartPolicyNever, nil, "a"), 42),
 			[]*container.ContainerStatus{exited("a", t0, 1, 0)}, v1.PodFailed, nil},
+		// The container's own restart policy decides over the pod's
+		// (upstream's spec "should restart container on container-level
+		// restart policy Never").
+		{"always: a container with restartPolicy Never fails it", withOwnPolicy(testPod(v1.RestartPolicyAlways, nil, "a"), v1.ContainerRestartPolicyNever),
+			[]*container.ContainerStatus{exited("a", t0, 1, 0)}, v1.PodFailed, nil},
+		{"always: a container with restartPolicy Never succeeds it", withOwnPolicy(testPod(v1.RestartPolicyAlways, nil, "a"), v1.ContainerRestartPolicyNever),
+			[]*container.ContainerStatus{exited("a", t0, 0, 0)}, v1.PodSucceeded, nil},
+		{"always: a container with restartPolicy OnFailure succeeds it", withOwnPolicy(testPod(v1.RestartPolicyAlways, nil, "a"), v1.ContainerRestartPolicyOnFailure),
+			[]*container.ContainerStatus{exited("a", t0, 0, 0)}, v1.PodSucceeded, nil},
+		{"never: a container with restartPolicy Always keeps it running", withOwnPolicy(testPod(v1.RestartPolicyNever, nil, "a"), v1.ContainerRestartPolicyAlways),
+			[]*container.ContainerStatus{exited("a", t0, 1, 0)}, v1.PodRunning, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -344,6 +355,12 @@ func withRestartRule(pod *v1.Pod, code int32) *v1.Pod {
 	pod.Spec.Containers[0].RestartPolicy = &never
 	pod.Spec.Containers[0].RestartPolicyRules = []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart,
 		ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{code}}}}
+	return pod
+}
+
+// withOwnPolicy gives the pod's first container its own restart policy.
+func withOwnPolicy(pod *v1.Pod, policy v1.ContainerRestartPolicy) *v1.Pod {
+	pod.Spec.Containers[0].RestartPolicy = &policy
 	return pod
 }
 

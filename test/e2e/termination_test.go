@@ -25,7 +25,7 @@ spec:
 // TestTerminationMessage: what a container writes to /dev/termination-log
 // is its terminated state's message (and `describe` shows it); with
 // FallbackToLogsOnError a failed container that wrote none gets the end of
-// its log instead.
+// its log instead, its last output as it is when it has no newline.
 func TestTerminationMessage(t *testing.T) {
 	for _, rt := range podRuntimes() {
 		t.Run(rt.name, func(t *testing.T) {
@@ -34,6 +34,9 @@ func TestTerminationMessage(t *testing.T) {
 				`command: ["/bin/sh", "-c", "printf bye > /dev/termination-log; exit 3"]`))
 			a.WriteManifest("fallback.yaml", rt.manifest("tm-logs-"+rt.name, "",
 				`terminationMessagePolicy: FallbackToLogsOnError, command: ["/bin/sh", "-c", "echo first; echo last words; exit 2"]`))
+			// Its last output without a newline is the message as it is.
+			a.WriteManifest("nonl.yaml", rt.manifest("tm-nonl-"+rt.name, "",
+				`terminationMessagePolicy: FallbackToLogsOnError, command: ["/bin/sh", "-c", "printf DONE; exit 1"]`))
 
 			bye := a.Static("tm-bye-" + rt.name)
 			a.Eventually("exit 3 with message bye", func() (bool, string) {
@@ -53,6 +56,17 @@ func TestTerminationMessage(t *testing.T) {
 				s, _ := containerStatus(p, "main")
 				term := s.State.Terminated
 				return ok && term != nil && term.ExitCode == 2 && term.Message == "first\nlast words\n", describe(p, ok)
+			})
+
+			nonl := a.Static("tm-nonl-" + rt.name)
+			a.Eventually("exit 1 with message DONE, no newline added", func() (bool, string) {
+				p, ok := a.Pod(nonl)
+				s, _ := containerStatus(p, "main")
+				term := s.State.Terminated
+				if term != nil {
+					return term.ExitCode == 1 && term.Message == "DONE", fmt.Sprintf("exit %d, message %q", term.ExitCode, term.Message)
+				}
+				return false, describe(p, ok)
 			})
 		})
 	}

@@ -149,6 +149,16 @@ func (s *suite) testLogs(t *testing.T) {
 	if partial == 0 {
 		t.Errorf("a 40000-byte line was written without partial (P) lines")
 	}
+	// The last output without a newline stays partial: readers (the
+	// kubelet's, kubectl logs) give it back without a newline.
+	for i := len(lines) - 1; i >= 0; i-- {
+		if lines[i].stream == "stdout" {
+			if lines[i].tag != "P" || lines[i].content != "tail" {
+				t.Errorf("last stdout line = %s %q, want P %q (output that ends without a newline)", lines[i].tag, lines[i].content, "tail")
+			}
+			break
+		}
+	}
 	for i := 1; i < len(lines); i++ {
 		if lines[i].stream == lines[i-1].stream && lines[i].time.Before(lines[i-1].time) {
 			t.Errorf("log timestamps go backwards at line %d", i)

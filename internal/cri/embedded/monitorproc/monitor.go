@@ -326,12 +326,14 @@ func (w *logWriter) copyStream(stream string, r io.Reader) {
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
-			tag := "F"
+			// A line without its newline is partial: too long for the
+			// buffer, or the last output of the stream (as containerd
+			// writes it, so that readers give it back without a newline).
+			tag := "P"
 			content := line
 			if line[len(line)-1] == '\n' {
+				tag = "F"
 				content = line[:len(line)-1]
-			} else if err == bufio.ErrBufferFull {
-				tag = "P"
 			}
 			w.write(stream, tag, content)
 		}
