@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -32,11 +33,22 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, ps *container.PodSta
 			return res
 		}
 	}
-	for _, k := range acts.ContainersToKill {
-		if err := m.killContainer(ctx, pod, k.Spec, k.ID.ID, newestSandboxIP(ps), k.Message, k.Reason, nil); err != nil {
-			res.Err = errors.Join(res.Err, err)
-			return res
-		}
+	// Containers to stop go at once, each with its own grace period, as
+	// the kubelet stops them: stopping them one after the other would add
+	// up their grace periods.
+	kills := make([]error, len(acts.ContainersToKill))
+	var wg sync.WaitGroup
+	for i, k := range acts.ContainersToKill {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kills[i] = m.killContainer(ctx, pod, k.Spec, k.ID.ID, newestSandboxIP(ps), k.Message, k.Reason, nil)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(kills...); err != nil {
+		res.Err = errors.Join(res.Err, err)
+		return res
 	}
 
 	sandboxID, podIP := acts.SandboxID, ""

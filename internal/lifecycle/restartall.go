@@ -9,6 +9,7 @@ import (
 
 	"github.com/minilet/minilet/internal/container"
 	"github.com/minilet/minilet/internal/podspec"
+	"github.com/minilet/minilet/internal/status"
 )
 
 // A container whose exit matches a restartPolicyRule with the action
@@ -94,4 +95,27 @@ func killEverything(pod *v1.Pod, ps *container.PodStatus, trigger string) []cont
 			Message: fmt.Sprintf("Container %s will be restarted: container %s exited and restarts all containers of the pod", st.Name, trigger)})
 	}
 	return kills
+}
+
+// restartAllWaiting says, while pod restarts all its containers, which of
+// them the restart has not reached yet (their newest attempt predates it
+// and is not running): they wait (PodInitializing) for their turn, so
+// that the pod does not look finished in between.
+func (p *Planner) restartAllWaiting(pod *v1.Pod, rs *container.PodStatus) map[string]container.Waiting {
+	since := p.restartAllSince(pod.UID)
+	if since.IsZero() || rs == nil {
+		return nil
+	}
+	var out map[string]container.Waiting
+	for _, c := range allContainers(pod) {
+		st := rs.FindContainer(c.Name)
+		if st == nil || !st.CreatedAt.Before(since) || st.State == container.StateRunning {
+			continue
+		}
+		if out == nil {
+			out = map[string]container.Waiting{}
+		}
+		out[c.Name] = container.Waiting{Reason: status.ReasonPodInitializing}
+	}
+	return out
 }

@@ -75,3 +75,43 @@ func TestRestartAllContainersStartsThePodOverInPlace(t *testing.T) {
 		t.Errorf("other restarted again (%d attempts) without a new exit", got)
 	}
 }
+
+// A sidecar's exit restarts them all too; while the init container runs
+// again, the app container killed for it waits (PodInitializing) and the
+// pod (restartPolicy Never) does not end Failed.
+func TestRestartAllFromASidecarKeepsThePodAlive(t *testing.T) {
+	h := newHarness(t, withSources("api"))
+	src := restartAllOn42(sidecar("src"))
+	always := v1.ContainerRestartPolicyAlways
+	src.RestartPolicy = &always
+	pod := withInit(apiPod("uid-rs", "web", "app"), v1.Container{Name: "init", Image: "host"}, src)
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	step := func() { h.clk.Step(time.Second) }
+
+	h.snapshot("api", pod) // init
+	step()
+	h.rt.exit(t, pod.UID, "init", 0)
+	h.event(pod) // src
+	step()
+	h.event(pod) // app
+	step()
+	h.rt.exit(t, pod.UID, "src", 42)
+	h.event(pod) // kill app, start init again
+	step()
+	h.rt.exit(t, pod.UID, "init", 0)
+	h.event(pod)
+	st := h.status(pod)
+	if st.Phase == v1.PodFailed || st.Phase == v1.PodSucceeded {
+		t.Fatalf("phase %s while the pod restarts all its containers", st.Phase)
+	}
+	step()
+	h.event(pod)
+	for name, want := range map[string]int{"init": 2, "src": 2, "app": 2} {
+		if got := h.rt.attempts(pod.UID, name); got != want {
+			t.Errorf("%s: %d attempts, want %d", name, got, want)
+		}
+	}
+	if st := h.status(pod); st.Phase != v1.PodRunning {
+		t.Errorf("phase %s, want Running", st.Phase)
+	}
+}

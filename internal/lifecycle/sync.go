@@ -303,6 +303,16 @@ func (s *Syncer) generate(pod *v1.Pod, rs *container.PodStatus, waiting map[stri
 	if p, ok := s.cfg.Pods.GetPodStatus(pod.UID); ok {
 		prev = &p
 	}
+	// Containers a restart of all of them has not reached yet wait for
+	// their turn; their last attempt is their last termination.
+	for name, w := range s.planner.restartAllWaiting(pod, rs) {
+		if _, set := waiting[name]; !set {
+			if waiting == nil {
+				waiting = map[string]container.Waiting{}
+			}
+			waiting[name] = w
+		}
+	}
 	return s.statusGen.Generate(pod, rs, prev, waiting, s.cfg.Clock.Now())
 }
 

@@ -50,6 +50,8 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 			if code := cs.State.Terminated.ExitCode; code != 0 && !podspec.RestartsAfterExit(c, policy, code) {
 				failedInit++
 			}
+		case waitingForInit(cs):
+			pendingInit++
 		case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
 			if code := cs.LastTerminationState.Terminated.ExitCode; code != 0 && !podspec.RestartsAfterExit(c, policy, code) {
 				failedInit++
@@ -78,6 +80,8 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 			if podspec.RestartsAfterExit(c, policy, cs.State.Terminated.ExitCode) {
 				restarting++
 			}
+		case waitingForInit(cs):
+			waiting++ // it ran before: a restart of the pod's containers
 		case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
 			stopped++
 			if podspec.RestartsAfterExit(c, policy, cs.LastTerminationState.Terminated.ExitCode) {
@@ -114,4 +118,11 @@ func Phase(pod *v1.Pod, initStatuses, statuses []v1.ContainerStatus) v1.PodPhase
 	default:
 		return v1.PodPending
 	}
+}
+
+// waitingForInit reports whether a container waits for the pod's init
+// containers (PodInitializing) although it ran before: the pod restarts
+// all its containers, and this one's turn has not come.
+func waitingForInit(cs *v1.ContainerStatus) bool {
+	return cs.State.Waiting != nil && cs.State.Waiting.Reason == ReasonPodInitializing
 }
