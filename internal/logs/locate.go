@@ -65,7 +65,7 @@ func (l Locator) find(namespace, name string) (v1.Pod, bool) {
 }
 
 func containerStatus(p v1.Pod, name string) *v1.ContainerStatus {
-	for _, list := range [][]v1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses} {
+	for _, list := range [][]v1.ContainerStatus{p.Status.ContainerStatuses, p.Status.InitContainerStatuses, p.Status.EphemeralContainerStatuses} {
 		for i := range list {
 			if list[i].Name == name {
 				return &list[i]
