@@ -283,10 +283,14 @@ func (s *Syncer) resizeStatus(st *v1.PodStatus, pod, allocated *v1.Pod, a *alloc
 	}
 	fill(st.InitContainerStatuses, allocated.Spec.InitContainers)
 	fill(st.ContainerStatuses, allocated.Spec.Containers)
+	// The pod's allocation: its pod-level requests, else what its
+	// containers request together; its pod-level resources, if any.
 	st.AllocatedResources, st.Resources = nil, nil
 	if allocated.Spec.Resources != nil {
 		st.AllocatedResources = allocated.Spec.Resources.Requests.DeepCopy()
 		st.Resources = allocated.Spec.Resources.DeepCopy()
+	} else if reqs := qos.PodRequests(allocated); len(reqs) > 0 {
+		st.AllocatedResources = reqs
 	}
 
 	conds := st.Conditions[:0]

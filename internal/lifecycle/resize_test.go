@@ -112,6 +112,9 @@ func TestResizeInPlaceUpdatesTheRunningContainer(t *testing.T) {
 	if cs.Resources == nil || cs.Resources.Limits.Cpu().String() != "300m" || cs.Resources.Requests.Cpu().String() != "150m" {
 		t.Errorf("status resources %+v, want requests 150m limits 300m", cs.Resources)
 	}
+	if q := st.AllocatedResources[v1.ResourceCPU]; q.String() != "150m" {
+		t.Errorf("pod allocatedResources cpu %s, want 150m: what its containers request together", q.String())
+	}
 	if st.ObservedGeneration != 2 {
 		t.Errorf("observedGeneration %d, want 2", st.ObservedGeneration)
 	}
