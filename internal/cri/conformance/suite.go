@@ -75,7 +75,7 @@ func Run(t *testing.T, newRuntime func(t *testing.T) RuntimeUnderTest, opts ...O
 		{"StopGracefully", s.testStopGracefully},
 		{"ExecSync", s.testExecSync},
 		{"ListFilters", s.testListFilters},
-		{"CgroupLimits", s.testOwnCgroupLimits},
+		{"CgroupLimits", s.testCgroupLimits},
 		{"OOMKilled", s.testOOMKilled},
 		{"RestartSurvival", s.testRestartSurvival},
 		{"Images", s.testImages},

@@ -94,7 +94,21 @@ func applicable(ref column, spec string) bool {
 	return !ran || r.Result == conformance.Passed
 }
 
-func write(w io.Writer, ref column, cols columns) error {
+// errWriter keeps the first error of the writes to w, so the table can
+// be printed piece by piece and checked once.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}
+
+func write(out io.Writer, ref column, cols columns) error {
+	w := &errWriter{w: out}
 	all := append(columns{ref}, cols...)
 	names := map[string]bool{}
 	for _, c := range all {
@@ -108,20 +122,20 @@ func write(w io.Writer, ref column, cols columns) error {
 	}
 	sort.Strings(specs)
 
-	fmt.Fprintf(w, "| | %s (reference) |", ref.name)
+	w.printf("| | %s (reference) |", ref.name)
 	for _, c := range cols {
-		fmt.Fprintf(w, " %s |", c.name)
+		w.printf(" %s |", c.name)
 	}
-	fmt.Fprintf(w, "\n|---|---|%s\n", strings.Repeat("---|", len(cols)))
+	w.printf("\n|---|---|%s\n", strings.Repeat("---|", len(cols)))
 	nApplicable := 0
 	for _, s := range specs {
 		if applicable(ref, s) {
 			nApplicable++
 		}
 	}
-	fmt.Fprintf(w, "| specs run | %d |", len(ref.results))
+	w.printf("| specs run | %d |", len(ref.results))
 	for _, c := range cols {
-		fmt.Fprintf(w, " %d |", len(c.results))
+		w.printf(" %d |", len(c.results))
 	}
 	refPassed := 0
 	for _, r := range ref.results {
@@ -129,7 +143,7 @@ func write(w io.Writer, ref column, cols columns) error {
 			refPassed++
 		}
 	}
-	fmt.Fprintf(w, "\n| applicable specs passed | %d / %d (%d not run) |", refPassed, nApplicable, nApplicable-refPassed)
+	w.printf("\n| applicable specs passed | %d / %d (%d not run) |", refPassed, nApplicable, nApplicable-refPassed)
 	for _, c := range cols {
 		passed, ran := 0, 0
 		for _, s := range specs {
@@ -143,21 +157,21 @@ func write(w io.Writer, ref column, cols columns) error {
 				}
 			}
 		}
-		fmt.Fprintf(w, " %d / %d (%.1f %%; %d not run) |", passed, nApplicable, 100*float64(passed)/float64(max(nApplicable, 1)), nApplicable-ran)
+		w.printf(" %d / %d (%.1f %%; %d not run) |", passed, nApplicable, 100*float64(passed)/float64(max(nApplicable, 1)), nApplicable-ran)
 	}
-	fmt.Fprintf(w, "\n\n| spec | %s |", ref.name)
+	w.printf("\n\n| spec | %s |", ref.name)
 	for _, c := range cols {
-		fmt.Fprintf(w, " %s |", c.name)
+		w.printf(" %s |", c.name)
 	}
-	fmt.Fprintf(w, "\n|---|---|%s\n", strings.Repeat("---|", len(cols)))
+	w.printf("\n|---|---|%s\n", strings.Repeat("---|", len(cols)))
 	for _, s := range specs {
-		fmt.Fprintf(w, "| %s |", cell(s))
+		w.printf("| %s |", cell(s))
 		for _, c := range all {
-			fmt.Fprintf(w, " %s |", result(c, s))
+			w.printf(" %s |", result(c, s))
 		}
-		fmt.Fprintln(w)
+		w.printf("\n")
 	}
-	return nil
+	return w.err
 }
 
 // result is a spec's cell in a column: pass, FAIL with the first line of
