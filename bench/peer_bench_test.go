@@ -526,42 +526,21 @@ func startPeerKubelet(b *testing.B, bin, endpoint, cgroupRoot string) peerAgent 
 		b.Fatal(err)
 	}
 	nodeName := fmt.Sprintf("peer-kubelet-%d", os.Getpid()%10000)
-	logf, err := os.Create(filepath.Join(dir, "kubelet.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Its own /var/lib and /var/log: nothing of it is left on the host.
-	cmd, err := harness.UpstreamKubeletCommand(dir, bin, []string{"/var/lib", "/var/log"}, "--config", cfg,
-		"--root-dir", filepath.Join(dir, "root"), "--cert-dir", filepath.Join(dir, "pki"), "--hostname-override", nodeName, "--v", "1")
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		b.Skipf("starting the kubelet: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = logf.Close(); close(done) }()
-	logTail := func() string {
-		raw, _ := os.ReadFile(filepath.Join(dir, "kubelet.log"))
-		if len(raw) > 6000 {
-			raw = raw[len(raw)-6000:]
-		}
-		return string(raw)
-	}
-	// Stop it (pods gone first: peerRun's cleanup runs before this one).
-	b.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		if b.Failed() {
-			b.Logf("kubelet log (tail):\n%s", logTail())
+	var k *harness.UpstreamKubelet
+	b.Cleanup(func() { // after it is stopped
+		if b.Failed() && k != nil {
+			b.Logf("kubelet log (tail):\n%s", k.Log(6000))
 		}
 	})
+	// Its own /var/lib and /var/log: nothing of it is left on the host.
+	// It stops at the end, after peerRun's cleanup has removed the pods.
+	k, err = harness.StartUpstreamKubelet(b, dir, bin, []string{"/var/lib", "/var/log"}, "--config", cfg,
+		"--root-dir", filepath.Join(dir, "root"), "--cert-dir", filepath.Join(dir, "pki"), "--hostname-override", nodeName, "--v", "1")
+	if err != nil {
+		b.Skipf("starting the kubelet: %v", err)
+	}
+	done := k.Done
+	logTail := func() string { return k.Log(6000) }
 	base := fmt.Sprintf("http://127.0.0.1:%d", roPort)
 	client := &http.Client{Timeout: 10 * time.Second}
 	get := func(path string) (string, error) {
@@ -599,7 +578,7 @@ func startPeerKubelet(b *testing.B, bin, endpoint, cgroupRoot string) peerAgent 
 	if raw, _ := os.ReadFile(filepath.Join(dir, "kubelet.log")); strings.Contains(string(raw), "lenient decoding") {
 		b.Fatalf("the kubelet ignored fields of %s:\n%s", cfg, logTail())
 	}
-	kpid := cmd.Process.Pid // unshare and sh exec into the kubelet
+	kpid := k.Pid
 	return peerAgent{name: "kubelet", manifestDir: filepath.Join(dir, "manifests"), nodeName: nodeName, get: get,
 		agentProcs: func() []int { return []int{kpid} }}
 }

@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/minilet/minilet/internal/cluster/clusterbin"
 	"github.com/minilet/minilet/internal/cluster/clustertest"
@@ -71,37 +69,13 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.availab
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(dir, "kubelet.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd, err := harness.UpstreamKubeletCommand(dir, set.Path(clusterbin.Kubelet), []string{"/var/log"},
+	// Its cleanup runs before containerd's (registered earlier).
+	k, err := harness.StartUpstreamKubelet(t, dir, set.Path(clusterbin.Kubelet), []string{"/var/log"},
 		"--config", cfg, "--kubeconfig", srv.NodeKubeconfig(n.name), "--root-dir", n.rootDir,
 		"--cert-dir", filepath.Join(dir, "pki"), "--hostname-override", n.name, "--v", "2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the kubelet: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = logf.Close(); close(done) }()
-	// Cleanups run last-registered first: the kubelet ends before its
-	// containerd does.
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	})
-	n.logs = func() string {
-		raw, _ := os.ReadFile(logPath)
-		return string(raw)
-	}
+	n.logs = func() string { return k.Log(1 << 30) }
 	return n
 }

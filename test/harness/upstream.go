@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"testing"
+	"time"
 )
 
 // upstreamKubeletSysctls are the kernel tunables the upstream kubelet sets
@@ -48,6 +50,58 @@ func UpstreamKubeletCommand(dir, bin string, tmpfs []string, args ...string) (*e
 	cmd := exec.Command("unshare", append([]string{"-m", "--", "/bin/sh", "-c", script, "sh", bin}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	return cmd, nil
+}
+
+// UpstreamKubelet is an upstream kubelet started by StartUpstreamKubelet.
+type UpstreamKubelet struct {
+	// Pid is its process (unshare and the shell exec into it).
+	Pid int
+	// Done is closed once it has exited.
+	Done    <-chan struct{}
+	logPath string
+}
+
+// Log is the end of its log: at most max bytes.
+func (k *UpstreamKubelet) Log(max int) string {
+	raw, _ := os.ReadFile(k.logPath)
+	if len(raw) > max {
+		raw = raw[len(raw)-max:]
+	}
+	return string(raw)
+}
+
+// StartUpstreamKubelet starts UpstreamKubeletCommand(dir, bin, tmpfs,
+// args...) with its output in dir/kubelet.log, and stops it when tb ends
+// (TERM to its process group, KILL after 20 s; cleanups registered
+// before this call run after it).
+func StartUpstreamKubelet(tb testing.TB, dir, bin string, tmpfs []string, args ...string) (*UpstreamKubelet, error) {
+	cmd, err := UpstreamKubeletCommand(dir, bin, tmpfs, args...)
+	if err != nil {
+		return nil, err
+	}
+	k := &UpstreamKubelet{logPath: filepath.Join(dir, "kubelet.log")}
+	logf, err := os.Create(k.logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return nil, fmt.Errorf("starting the kubelet: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = logf.Close(); close(done) }()
+	k.Pid, k.Done = cmd.Process.Pid, done
+	tb.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	})
+	return k, nil
 }
 
 // MakeCgroupRoot creates cgroup directory root (e.g. /some-kubelet) in
