@@ -18,6 +18,8 @@ func report(t *testing.T, results map[string]string) string {
 		switch status {
 		case "failed":
 			fmt.Fprintf(&b, `<testcase name="[It] %s" status="failed" time="1"><failure type="failed">[FAILED] broke</failure></testcase>`, name)
+		case "interrupted":
+			fmt.Fprintf(&b, `<testcase name="[It] %s" status="interrupted" time="1"><failure type="interrupted">[INTERRUPTED] Interrupted by User</failure></testcase>`, name)
 		case "skipped":
 			fmt.Fprintf(&b, `<testcase name="[It] %s" status="skipped" time="0"><skipped message="skipped - not here"></skipped></testcase>`, name)
 		default:
@@ -43,7 +45,7 @@ func TestRatesCountWhatTheReferenceCouldRun(t *testing.T) {
 	}
 	col, err := load("embedded", []string{
 		report(t, map[string]string{"a": "failed", "b": "passed", "env": "failed", "gce": "skipped", "c": "passed"}),
-		report(t, map[string]string{"a": "passed"}), // a rerun after a fix
+		report(t, map[string]string{"a": "passed", "d": "interrupted"}), // a rerun after a fix, stopped early
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -60,5 +62,8 @@ func TestRatesCountWhatTheReferenceCouldRun(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
+	}
+	if strings.Contains(out.String(), "| d |") {
+		t.Errorf("a spec the run's interrupt cut short is in the table:\n%s", out.String())
 	}
 }
