@@ -534,7 +534,7 @@ func startPeerKubelet(b *testing.B, bin, endpoint, cgroupRoot string) peerAgent 
 	})
 	// Its own /var/lib and /var/log: nothing of it is left on the host.
 	// It stops at the end, after peerRun's cleanup has removed the pods.
-	k, err = harness.StartUpstreamKubelet(b, dir, bin, []string{"/var/lib", "/var/log"}, "--config", cfg,
+	k, err = harness.StartUpstreamKubelet(b, dir, bin, harness.UpstreamKubeletOptions{Tmpfs: []string{"/var/lib", "/var/log"}}, "--config", cfg,
 		"--root-dir", filepath.Join(dir, "root"), "--cert-dir", filepath.Join(dir, "pki"), "--hostname-override", nodeName, "--v", "1")
 	if err != nil {
 		b.Skipf("starting the kubelet: %v", err)

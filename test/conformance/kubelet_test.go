@@ -17,7 +17,7 @@ import (
 // kubeadm node is where the suite can tell (webhook authentication and
 // authorization, client certificates of the cluster CA, the cgroupfs
 // driver), and kept off the host where it would change it (its own cgroup
-// root, kernel tunables and /var/log in a mount namespace of its own; see
+// root, kernel tunables in a mount namespace of its own; see
 // harness.UpstreamKubeletCommand).
 func startKubeletNode(t *testing.T, srv *clustertest.Server) testNode {
 	t.Helper()
@@ -69,8 +69,11 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.availab
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// Its cleanup runs before containerd's (registered earlier).
-	k, err := harness.StartUpstreamKubelet(t, dir, set.Path(clusterbin.Kubelet), []string{"/var/log"},
+	// Its cleanup runs before containerd's (registered earlier). The
+	// volumes it mounts under its root dir must reach containerd, in the
+	// host's mount namespace; it links container logs in the host's
+	// /var/log/containers.
+	k, err := harness.StartUpstreamKubelet(t, dir, set.Path(clusterbin.Kubelet), harness.UpstreamKubeletOptions{Shared: n.rootDir},
 		"--config", cfg, "--kubeconfig", srv.NodeKubeconfig(n.name), "--root-dir", n.rootDir,
 		"--cert-dir", filepath.Join(dir, "pki"), "--hostname-override", n.name, "--v", "2")
 	if err != nil {
