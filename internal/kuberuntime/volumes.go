@@ -56,12 +56,11 @@ func (m *Manager) makeMounts(pod *v1.Pod, c *v1.Container, vars map[string]strin
 			if filepath.IsAbs(sub) || hasDotDot(sub) {
 				return nil, fmt.Errorf("volumeMount %q of container %q: %s %q must be a relative path inside the volume: %w", vm.Name, c.Name, field, sub, errdefs.ErrInvalidArgument)
 			}
-			host = filepath.Join(host, sub)
-			if _, err := os.Stat(host); errors.Is(err, os.ErrNotExist) {
-				if err := os.MkdirAll(host, 0o755); err != nil {
-					return nil, fmt.Errorf("volumeMount %q subPath: %w", vm.Name, err)
-				}
+			full := filepath.Join(host, sub)
+			if err := makeSubPath(host, sub); err != nil {
+				return nil, fmt.Errorf("volumeMount %q of container %q: %s %q: %w", vm.Name, c.Name, field, sub, err)
 			}
+			host = full
 		}
 		mounts = append(mounts, &runtimeapi.Mount{
 			ContainerPath: vm.MountPath,
@@ -71,6 +70,35 @@ func (m *Manager) makeMounts(pod *v1.Pod, c *v1.Container, vars map[string]strin
 		})
 	}
 	return mounts, nil
+}
+
+// makeSubPath creates the missing directories of sub inside the volume
+// at root as the kubelet does: with the volume root's mode, special bits
+// too (the setgid of a volume owned by the pod's fsGroup, the sticky bit
+// of a tmpfs), which mkdir alone would lose to the umask; the group is
+// the root's by its setgid bit.
+func makeSubPath(root, sub string) error {
+	fi, err := os.Stat(root)
+	if err != nil {
+		return err
+	}
+	mode := fi.Mode() & (os.ModePerm | os.ModeSetgid | os.ModeSticky)
+	cur := root
+	for _, el := range strings.Split(filepath.Clean(sub), "/") {
+		cur = filepath.Join(cur, el)
+		if _, err := os.Lstat(cur); err == nil {
+			continue
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		if err := os.Mkdir(cur, mode.Perm()); err != nil {
+			return err
+		}
+		if err := os.Chmod(cur, mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // claimReadOnly reports a persistentVolumeClaim volume the pod asks to

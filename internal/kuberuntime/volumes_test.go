@@ -1,6 +1,9 @@
 package kuberuntime
 
 import (
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -33,6 +36,34 @@ func TestClaimReadOnlyMounts(t *testing.T) {
 	for i, m := range mounts {
 		if m.HostPath != dir || m.Readonly != want[i] {
 			t.Errorf("mount %s: host %s readonly %v, want %s %v", m.ContainerPath, m.HostPath, m.Readonly, dir, want[i])
+		}
+	}
+}
+
+// A subPath the volume lacks is made with the volume root's mode, setgid
+// and sticky bits too (a tmpfs emptyDir owned by the pod's fsGroup is
+// 03777), whatever the umask; its group is the root's.
+func TestSubPathTakesTheVolumeRootsMode(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Chmod(root, 0o777|os.ModeSetgid|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(root, 0, 123); err != nil {
+		t.Skipf("chown: %v", err)
+	}
+	if err := makeSubPath(root, "a/b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "a/b"} {
+		fi, err := os.Stat(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Mode().String(); got != "dgtrwxrwxrwx" {
+			t.Errorf("%s: mode %s, want dgtrwxrwxrwx", p, got)
+		}
+		if gid := fi.Sys().(*syscall.Stat_t).Gid; gid != 123 {
+			t.Errorf("%s: group %d, want 123", p, gid)
 		}
 	}
 }
