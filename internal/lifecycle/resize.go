@@ -62,6 +62,11 @@ type allocation struct {
 	started bool
 	// warned is the generation whose pending resize has its event.
 	warned int64
+	// restart names the containers an allocated resize restarts: one of
+	// the resources it changes has resizePolicy RestartContainer (a
+	// change of a memory request restarts too, though no cgroup value
+	// shows it on cgroup v1).
+	restart map[string]bool
 }
 
 func newAllocation(pod *v1.Pod) *allocation {
@@ -76,6 +81,24 @@ func (a *allocation) take(pod *v1.Pod) {
 		a.containers[c.Name] = *c.Resources.DeepCopy()
 	}
 	a.pod = pod.Spec.Resources.DeepCopy()
+}
+
+// markRestarts notes the containers that pod's resize restarts: those
+// whose cpu or memory changes from what is allocated and whose
+// resizePolicy for that resource is RestartContainer.
+func (a *allocation) markRestarts(pod *v1.Pod) {
+	for _, c := range allContainers(pod) {
+		old := a.containers[c.Name]
+		for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+			changed := !old.Requests[name].Equal(c.Resources.Requests[name]) || !old.Limits[name].Equal(c.Resources.Limits[name])
+			if changed && resizePolicy(c, name) == v1.RestartContainer {
+				if a.restart == nil {
+					a.restart = map[string]bool{}
+				}
+				a.restart[c.Name] = true
+			}
+		}
+	}
 }
 
 // matches reports whether pod's spec asks for what is allocated.
@@ -165,6 +188,7 @@ func (s *Syncer) allocate(pod *v1.Pod) (*v1.Pod, *allocation) {
 		}
 		return a.apply(pod), a
 	}
+	a.markRestarts(pod)
 	a.take(pod)
 	a.pending, a.started = nil, true
 	s.log.Info("in-place resize allocated", "pod", podRef(pod), "generation", pod.Generation)
@@ -197,14 +221,29 @@ type containerUpdate struct {
 // resizeActions compares each running container's applied resources (as
 // the runtime reports them) with its allocation: a change of a resource
 // whose resizePolicy is RestartContainer restarts the container (the
-// Killing message, by name), any other change is made in place.
-func (s *Syncer) resizeActions(pod *v1.Pod, rs *container.PodStatus) (updates []containerUpdate, restarts map[string]string) {
+// Killing message, by name), as does a resize a marked for restart; any
+// other change is made in place.
+func (s *Syncer) resizeActions(pod *v1.Pod, a *allocation, rs *container.PodStatus) (updates []containerUpdate, restarts map[string]string) {
 	if s.cfg.Resize == nil || rs == nil {
 		return nil, nil
 	}
+	restart := func(name string) {
+		if restarts == nil {
+			restarts = map[string]string{}
+		}
+		restarts[name] = fmt.Sprintf("Container %s resize requires restart", name)
+	}
 	for _, c := range allContainers(pod) {
 		st := rs.FindContainer(c.Name)
-		if st == nil || st.State != container.StateRunning || st.Resources == nil {
+		if st == nil || st.State != container.StateRunning {
+			continue
+		}
+		if a.restart[c.Name] {
+			delete(a.restart, c.Name) // this sync restarts it
+			restart(c.Name)
+			continue
+		}
+		if st.Resources == nil {
 			continue
 		}
 		want := s.cfg.Resize.Cgroups.ContainerResources(pod, c)
@@ -213,10 +252,7 @@ func (s *Syncer) resizeActions(pod *v1.Pod, rs *container.PodStatus) (updates []
 			continue
 		}
 		if (cpu && resizePolicy(c, v1.ResourceCPU) == v1.RestartContainer) || (mem && resizePolicy(c, v1.ResourceMemory) == v1.RestartContainer) {
-			if restarts == nil {
-				restarts = map[string]string{}
-			}
-			restarts[c.Name] = fmt.Sprintf("Container %s resize requires restart", c.Name)
+			restart(c.Name)
 			continue
 		}
 		updates = append(updates, containerUpdate{name: c.Name, id: st.ID.ID, res: want})

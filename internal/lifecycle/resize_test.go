@@ -196,3 +196,28 @@ func TestResizeThatCannotFitIsPending(t *testing.T) {
 		t.Errorf("allocated %s, want 400m", q.String())
 	}
 }
+
+// A change of the memory request alone shows in no cgroup value on
+// cgroup v1, yet a memory resizePolicy RestartContainer restarts the
+// container for it, as the kubelet does.
+func TestResizeOfAMemoryRequestRestartsByPolicy(t *testing.T) {
+	var f *fakeResize
+	h := newHarness(t, withSources("api"), withResize(&f))
+	pod := apiPod("uid-m", "web", "app")
+	pod.Generation, pod.ResourceVersion = 1, "1"
+	pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse("30Mi")}
+	pod.Spec.Containers[0].ResizePolicy = []v1.ContainerResizePolicy{{ResourceName: v1.ResourceMemory, RestartPolicy: v1.RestartContainer}}
+	h.snapshot("api", pod)
+
+	resized := pod.DeepCopy()
+	resized.Generation, resized.ResourceVersion = 2, "2"
+	resized.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceMemory: resource.MustParse("40Mi")}
+	h.snapshot("api", resized)
+	if got := h.rt.attempts(pod.UID, "app"); got != 2 {
+		t.Fatalf("%d attempts of app, want 2: its memory policy restarts it", got)
+	}
+	h.event(resized)
+	if got := h.rt.attempts(pod.UID, "app"); got != 2 {
+		t.Errorf("%d attempts of app after another sync, want 2: restarted once", got)
+	}
+}

@@ -114,7 +114,7 @@ func (s *Syncer) SyncPod(ctx context.Context, pod *v1.Pod) (terminal bool, reque
 	// From here on the pod runs as allocated: a resize its spec asks for
 	// applies once it fits the node.
 	run, alloc := s.allocate(pod)
-	updates, restarts := s.resizeActions(run, rs)
+	updates, restarts := s.resizeActions(run, alloc, rs)
 	resizeErr := s.resizeInPlace(ctx, run, updates, len(restarts) > 0)
 	// A container a resize restarts keeps its old bound until it is
 	// replaced: the pod cgroup then gets its new values after that (below).

@@ -109,6 +109,10 @@ func TestEmptyDirFSGroup(t *testing.T) {
 		if fi.Mode()&os.ModeSetgid == 0 || fi.Mode().Perm() != 0o777 || fi.Sys().(*syscall.Stat_t).Gid != 4321 {
 			t.Errorf("%s: mode %v gid %d, want setgid 0777 and gid 4321", pod.Spec.Volumes[i].Name, fi.Mode(), fi.Sys().(*syscall.Stat_t).Gid)
 		}
+		// A tmpfs root is sticky, as the kubelet's (tmpfs's own 1777).
+		if sticky := fi.Mode()&os.ModeSticky != 0; sticky != (pod.Spec.Volumes[i].Name == "ram") {
+			t.Errorf("%s: mode %v: sticky %v", pod.Spec.Volumes[i].Name, fi.Mode(), sticky)
+		}
 		writeFile(t, filepath.Join(dir, "new", "file"), 1)
 		for _, p := range []string{"new", "new/file"} {
 			st, err := os.Stat(filepath.Join(dir, p))

@@ -239,9 +239,10 @@ func (m *Manager) setup(ctx context.Context, pod *v1.Pod, vol *v1.Volume) error 
 
 // emptyDir makes the directory, open to every user as the kubelet's is;
 // medium Memory mounts a tmpfs there, sized by sizeLimit, else by the
-// pod's memory limit when every container has one. With the pod's
-// fsGroup the directory belongs to that group and is setgid (02777), so
-// what containers create inside belongs to the group too.
+// pod's memory limit when every container has one, its root 1777 as a
+// tmpfs's is. With the pod's fsGroup the directory belongs to that group
+// and is setgid (02777, 03777 on tmpfs), so what containers create inside
+// belongs to the group too.
 func (m *Manager) emptyDir(pod *v1.Pod, ed *v1.EmptyDirVolumeSource, dir string) error {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return err
@@ -256,6 +257,9 @@ func (m *Manager) emptyDir(pod *v1.Pod, ed *v1.EmptyDirVolumeSource, dir string)
 		}
 	}
 	perm := os.FileMode(0o777)
+	if ed.Medium == v1.StorageMediumMemory {
+		perm |= os.ModeSticky // a tmpfs's root, as the kubelet's is: 1777
+	}
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
 		if err := os.Lchown(dir, -1, int(*sc.FSGroup)); err != nil {
 			return fmt.Errorf("fsGroup %d: %w", *sc.FSGroup, err)
