@@ -180,8 +180,12 @@ func (s *Syncer) allocate(pod *v1.Pod) (*v1.Pod, *allocation) {
 		reason, event, msg = v1.PodReasonDeferred, ReasonResizeDeferred, m
 	}
 	if reason != "" {
+		since := nowTime(s)
+		if a.pending != nil && a.pending.Reason == reason {
+			since = a.pending.LastTransitionTime // still pending: no new transition
+		}
 		a.pending = &v1.PodCondition{Type: v1.PodResizePending, Status: v1.ConditionTrue, Reason: reason, Message: msg,
-			ObservedGeneration: pod.Generation, LastTransitionTime: nowTime(s)}
+			ObservedGeneration: pod.Generation, LastTransitionTime: since}
 		if a.warned != pod.Generation {
 			a.warned = pod.Generation
 			s.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, event, "Pod resize %s: %s", reason, resizeSummary(pod, msg))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -180,8 +181,15 @@ func TestResizeThatCannotFitIsPending(t *testing.T) {
 
 	h.snapshot("api", withCPU(pod, 3, "600m", "600m"), other)
 	st = h.status(pod)
-	if c := podCondition(st, v1.PodResizePending); c == nil || c.Reason != v1.PodReasonDeferred {
+	c = podCondition(st, v1.PodResizePending)
+	if c == nil || c.Reason != v1.PodReasonDeferred {
 		t.Fatalf("PodResizePending %+v, want Deferred: the other pod holds 1500m of 2000m", c)
+	}
+	since := c.LastTransitionTime
+	h.clk.Step(time.Minute)
+	h.resync(withCPU(pod, 3, "600m", "600m"))
+	if c := podCondition(h.status(pod), v1.PodResizePending); c == nil || !c.LastTransitionTime.Equal(&since) {
+		t.Errorf("a resize still Deferred moved its condition's transition time: %+v, was %v", c, since)
 	}
 	if ev := h.rec.String(); !strings.Contains(ev, "Warning ResizeInfeasible Pod resize Infeasible: ") || !strings.Contains(ev, "Warning ResizeDeferred Pod resize Deferred: ") {
 		t.Errorf("events:\n%s", ev)
