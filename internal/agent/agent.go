@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -46,8 +45,8 @@ const sourcesWait = 10 * time.Second
 // keep running after it returns: stopping the agent is not stopping the
 // pods, and the next Run adopts them.
 func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	if err := os.MkdirAll(cfg.RootDir, 0o750); err != nil {
-		return fmt.Errorf("--root-dir %s: %w", cfg.RootDir, err)
+	if err := privateRootDir(cfg.RootDir, log); err != nil {
+		return err
 	}
 	// One agent per root dir, cgroup root and device-plugin dir (the
 	// latter two are taken below, before anything there is touched).

@@ -110,8 +110,8 @@ func EnsureLocalAdmin(dir string) ([]byte, error) {
 // WritePin records the certificate the API serves (PEM, leaf first), for
 // the CLI to pin.
 func WritePin(dir string, certPEM []byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("pki directory: %w", err)
+	if err := privateDir(dir); err != nil {
+		return err
 	}
 	if err := atomicfile.WriteFile(filepath.Join(dir, PinFile), certPEM, 0o644, atomicfile.Durable); err != nil {
 		return fmt.Errorf("recording the serving certificate: %w", err)
@@ -204,10 +204,23 @@ func signedBy(leaf *x509.Certificate, caPEM []byte) bool {
 	return err == nil
 }
 
+// privateDir makes dir, the agent's key directory, readable by root only
+// (0700), also when an earlier version made it 0755: the keys in it are
+// 0600, and no one else has a reason to list it.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("pki directory: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("pki directory: %w", err)
+	}
+	return nil
+}
+
 // writePair writes a certificate (0644) and its key (0600) into dir.
 func writePair(dir, certName string, certPEM []byte, keyName string, keyPEM []byte) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("pki directory: %w", err)
+	if err := privateDir(dir); err != nil {
+		return err
 	}
 	if err := atomicfile.WriteFile(filepath.Join(dir, keyName), keyPEM, 0o600, atomicfile.Durable); err != nil {
 		return fmt.Errorf("writing %s: %w", keyName, err)

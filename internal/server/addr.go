@@ -24,7 +24,7 @@ func WriteAddrFile(rootDir, addr string) error {
 	if addr == "" {
 		return fmt.Errorf("write address file: empty address: %w", errdefs.ErrInvalidArgument)
 	}
-	if err := os.MkdirAll(rootDir, 0o755); err != nil {
+	if err := os.MkdirAll(rootDir, 0o700); err != nil {
 		return fmt.Errorf("write address file: %w", err)
 	}
 	addr = dialable(addr)

@@ -109,7 +109,7 @@ func AdminSocketPath(rootDir string) string { return filepath.Join(rootDir, Admi
 // live agent answers on is an ErrAlreadyExists error. The socket appears
 // under its final name only once its mode is set.
 func ListenAdmin(rootDir string) (net.Listener, error) {
-	if err := os.MkdirAll(rootDir, 0o755); err != nil {
+	if err := os.MkdirAll(rootDir, 0o700); err != nil {
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	path := AdminSocketPath(rootDir)
