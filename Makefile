@@ -9,8 +9,10 @@ LINT := $(shell $(GO) env GOPATH)/bin/golangci-lint
 # containers for execs through bin/minilet-exec (both next to it). The exec
 # helper is a freestanding C program (a C compiler is needed; without one the
 # script builds a Go program that does the same at a higher CPU cost per exec).
+# -buildvcs=auto stamps the commit `minilet version` prints, also where the
+# environment's GOFLAGS turn VCS stamping off.
 build:
-	$(GO) build -o $(BIN) ./cmd/minilet
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/minilet
 	$(GO) build -o bin/minilet-monitor ./cmd/minilet-monitor
 	GO=$(GO) ./scripts/build-exec-helper.sh bin/minilet-exec
 

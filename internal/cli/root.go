@@ -10,8 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 
 	"github.com/minilet/minilet/internal/pki"
 	"github.com/minilet/minilet/internal/server"
+	"github.com/minilet/minilet/internal/version"
 )
 
 // DefaultRootDir is the agent's default --root-dir, where the CLI looks for
@@ -28,10 +27,6 @@ const DefaultRootDir = "/var/lib/minilet"
 
 // DefaultServer is used when neither --server nor an address file is given.
 const DefaultServer = "https://127.0.0.1:10250"
-
-// Version is the minilet version, set at build time with
-// -ldflags "-X github.com/minilet/minilet/internal/cli.Version=v0.1.0".
-var Version = "dev"
 
 // Options are the dependencies of the commands; the zero value is the
 // production setup.
@@ -161,18 +156,10 @@ func prefixEach(sep string, s []string) string {
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print the minilet version",
+		Short: "Print the minilet build and the Kubernetes release it implements",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rev := ""
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				for _, s := range bi.Settings {
-					if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-						rev = " (" + s.Value[:12] + ")"
-					}
-				}
-			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "minilet %s%s %s %s/%s\n", Version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), version.Get())
 			return err
 		},
 	}

@@ -25,11 +25,12 @@ import (
 
 	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/nodeaddr"
+	"github.com/minilet/minilet/internal/version"
 )
 
 // KubeletVersion is the kubelet version minilet reports: the Kubernetes
-// API it follows.
-var KubeletVersion = "v1.37.1-minilet"
+// release it follows (from the k8s.io/kubelet module it is built with).
+var KubeletVersion = version.Kubelet()
 
 // Resources are the node's capacity and allocatable (the cgroup manager,
 // which counts in the device plugins' extended resources).

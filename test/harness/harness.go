@@ -61,7 +61,7 @@ func Binary(t testing.TB) string {
 			out  string
 			args []string
 		}{
-			{binPath, []string{"go", "build", "-o", binPath, "./cmd/minilet"}},
+			{binPath, []string{"go", "build", "-buildvcs=auto", "-o", binPath, "./cmd/minilet"}},
 			{"minilet-monitor", []string{"go", "build", "-o", filepath.Join(dir, "minilet-monitor"), "./cmd/minilet-monitor"}},
 			{"minilet-exec", []string{"./scripts/build-exec-helper.sh", filepath.Join(dir, "minilet-exec")}},
 		} {
