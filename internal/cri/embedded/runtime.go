@@ -169,6 +169,10 @@ func New(cfg Config) (*Runtime, error) {
 		if r.net, err = podnet.New(podnet.Config{ConfDir: cfg.CNIConfDir, BinDirs: cfg.CNIBinDirs, CacheDir: cfg.CNICacheDir, Logger: cfg.Logger}); err != nil {
 			return nil, errInvalid("embedded runtime config: %v", err)
 		}
+		// Said once at start: every pod off the host network would fail.
+		if err := r.net.CheckPlugins(); err != nil {
+			r.log.Warn("pods off the host network cannot start until the CNI plugins are installed (hostNetwork pods can)", "err", err)
+		}
 	}
 	if r.sandboxes, err = sandbox.Open(r.log, filepath.Join(r.stateDir, "sandboxes")); err != nil {
 		return nil, err

@@ -27,7 +27,8 @@ import (
 	"github.com/minilet/minilet/internal/boundedread"
 )
 
-// DefaultConfList is the network written into an empty ConfDir: a bridge
+// DefaultConfList is the network written into an empty ConfDir (with the
+// MTU of the host's default-route interface, see DefaultRouteMTU): a bridge
 // (minilet0, the host's gateway into 10.85.0.0/16, with masquerading so
 // that pods reach what the host reaches) with addresses from host-local
 // IPAM, whose allocations are kept host-wide (/var/lib/cni/networks) so
@@ -55,7 +56,11 @@ type Config struct {
 	// CacheDir keeps libcni's record of each attachment, which DEL reads.
 	// Required (the agent gives <root-dir>/cni/cache).
 	CacheDir string
-	Logger   *slog.Logger
+	// HostMTU gives the MTU the default network's bridge and pod
+	// interfaces get. Default: DefaultRouteMTU (ok false: the plugin's
+	// default, 1500).
+	HostMTU func() (mtu int, ok bool)
+	Logger  *slog.Logger
 }
 
 // Network attaches and detaches pods.
@@ -63,6 +68,8 @@ type Network struct {
 	log     *slog.Logger
 	confDir string
 	cni     *libcni.CNIConfig
+	hostMTU func() (int, bool)
+	binDirs []string
 
 	writeDefault sync.Once
 }
@@ -109,7 +116,12 @@ func New(cfg Config) (*Network, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.HostMTU == nil {
+		cfg.HostMTU = DefaultRouteMTU
+	}
 	return &Network{
+		hostMTU: cfg.HostMTU,
+		binDirs: cfg.BinDirs,
 		log:     cfg.Logger.With("component", "podnet"),
 		confDir: cfg.ConfDir,
 		cni:     libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, nil),
@@ -120,6 +132,9 @@ func New(cfg Config) (*Network, error) {
 func (n *Network) Attach(ctx context.Context, pod Pod) (Attachment, error) {
 	list, err := n.conf()
 	if err != nil {
+		return Attachment{}, err
+	}
+	if err := n.checkPlugins(list); err != nil {
 		return Attachment{}, err
 	}
 	res, err := n.cni.AddNetworkList(ctx, list, n.runtimeConf(pod))
@@ -236,14 +251,22 @@ func (n *Network) writeDefaultConf() error {
 		return fmt.Errorf("create --cni-conf-dir %s: %w", n.confDir, err)
 	}
 	p := filepath.Join(n.confDir, DefaultConfName)
+	conf, mtu := DefaultConfList, 0
+	if m, ok := n.hostMTU(); ok {
+		var err error
+		if conf, err = withMTU(DefaultConfList, m); err != nil {
+			return err
+		}
+		mtu = m
+	}
 	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(DefaultConfList), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(conf), 0o644); err != nil {
 		return fmt.Errorf("write the default CNI network: %w", err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
 		return fmt.Errorf("write the default CNI network: %w", err)
 	}
-	n.log.Info("no CNI network configured; wrote the default bridge network", "path", p)
+	n.log.Info("no CNI network configured; wrote the default bridge network", "path", p, "mtu", mtu)
 	return nil
 }
 

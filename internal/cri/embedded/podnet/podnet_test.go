@@ -1,15 +1,20 @@
 package podnet
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/minilet/minilet/internal/errdefs"
 )
 
 func newTestNetwork(t *testing.T, confDir string) *Network {
 	t.Helper()
-	n, err := New(Config{ConfDir: confDir, BinDirs: []string{t.TempDir()}, CacheDir: t.TempDir()})
+	n, err := New(Config{ConfDir: confDir, BinDirs: []string{t.TempDir()}, CacheDir: t.TempDir(),
+		HostMTU: func() (int, bool) { return 1400, true }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,8 +31,11 @@ func TestNetworkConfiguration(t *testing.T) {
 	if err != nil || list.Name != "minilet" || len(list.Plugins) != 2 {
 		t.Fatalf("default network = %+v, %v; want minilet with bridge and portmap", list, err)
 	}
-	if data, err := os.ReadFile(filepath.Join(dir, DefaultConfName)); err != nil || string(data) != DefaultConfList {
-		t.Fatalf("default conflist not written: %v", err)
+	if data, err := os.ReadFile(filepath.Join(dir, DefaultConfName)); err != nil || !strings.Contains(string(data), `"mtu": 1400`) {
+		t.Fatalf("default conflist not written with the host's MTU: %v\n%s", err, data)
+	}
+	if list.Plugins[0].Network.Type != "bridge" || !strings.Contains(string(list.Plugins[0].Bytes), `"mtu":1400`) {
+		t.Fatalf("the bridge plugin does not carry the MTU: %s", list.Plugins[0].Bytes)
 	}
 
 	dir = t.TempDir()
@@ -59,5 +67,30 @@ func TestNetworkConfiguration(t *testing.T) {
 	}
 	if _, err := newTestNetwork(t, dir).conf(); err == nil || !strings.Contains(err.Error(), "larger than the limit") {
 		t.Errorf("oversize conflist: %v, want a size error", err)
+	}
+}
+
+// Without plugins, a pod's attach fails with an error that says which
+// plugins are missing where and how to get them; the check at start
+// writes nothing into an empty conf dir.
+func TestMissingPluginsSayHowToGetThem(t *testing.T) {
+	dir := t.TempDir()
+	n := newTestNetwork(t, dir)
+	err := n.CheckPlugins()
+	var missing *MissingPluginsError
+	if !errors.As(err, &missing) || !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("CheckPlugins = %v, want a MissingPluginsError", err)
+	}
+	for _, want := range []string{"bridge, portmap", "--cni-bin-dir", "containernetworking-plugins", "scripts/cni-plugins.sh"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("checking the plugins wrote into the conf dir: %v", entries)
+	}
+	_, err = n.Attach(context.Background(), Pod{SandboxID: "s1", Name: "p", Namespace: "default", UID: "u", NetNS: "/proc/self/ns/net"})
+	if !errors.As(err, &missing) {
+		t.Fatalf("Attach = %v, want a MissingPluginsError", err)
 	}
 }
