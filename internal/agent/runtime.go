@@ -45,7 +45,7 @@ func newRuntime(ctx context.Context, cfg *config.Config, nodeIP string, log *slo
 		return newRemoteRuntime(ctx, cfg, log)
 	}
 	rt, err := embedded.New(embedded.Config{RootDir: cfg.RootDir, Logger: log, PinnedImages: cfg.PinnedImages, NodeIP: nodeIP,
-		CNIConfDir: cfg.CNIConfDir, CNIBinDirs: cfg.CNIBinDirs, CNICacheDir: cfg.CNICacheDir})
+		CNIConfDir: cfg.CNIConfDir, CNIBinDirs: cfg.CNIBinDirs, CNICacheDir: cfg.CNICacheDir, CgroupRoot: cfg.CgroupRoot})
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting the embedded runtime: %w", err)
 	}

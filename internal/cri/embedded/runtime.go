@@ -87,6 +87,10 @@ type Config struct {
 	// CNICacheDir keeps libcni's attachment records. Default:
 	// RootDir/cni/cache.
 	CNICacheDir string
+	// CgroupRoot is the agent's --cgroup-root (a cgroupfs path such as
+	// /minilet): container monitors run in its minilet-monitors child.
+	// Empty: monitors stay in the agent's cgroup.
+	CgroupRoot string
 }
 
 // defaultCgroupParent is used for containers whose sandbox has no cgroup
@@ -181,8 +185,17 @@ func New(cfg Config) (*Runtime, error) {
 	if r.images, err = imagestore.Open(r.log, cfg.ImageDir); err != nil {
 		return nil, err
 	}
+	var monitorCgroup cgroups.Name
+	if cfg.CgroupRoot != "" {
+		root, err := cgroups.ParseCgroupfs(cfg.CgroupRoot)
+		if err != nil {
+			return nil, errInvalid("embedded runtime config: field CgroupRoot: %v", err)
+		}
+		monitorCgroup = root.Child(supervisor.MonitorCgroupName)
+	}
 	if r.ctrs, err = supervisor.Open(supervisor.Config{
 		Dir: filepath.Join(r.stateDir, "containers"), Logger: r.log, Cgroups: cg, Monitor: monitor, ExecHelper: execHelper, Layers: r.images,
+		MonitorCgroup: monitorCgroup,
 	}); err != nil {
 		return nil, err
 	}

@@ -11,11 +11,13 @@ import (
 	"github.com/minilet/minilet/internal/cri/embedded/monitorproc"
 )
 
-// DefaultMonitorCgroup is the cgroup monitors move into (Config.MonitorCgroup
-// by default): one of their own at the top of each hierarchy, outside the
-// agent's, so that a service manager ending the agent's cgroup leaves them
-// and their containers running. Their memory is not charged to any pod.
-var DefaultMonitorCgroup = cgroups.Name{"minilet-monitors"}
+// MonitorCgroupName is the monitors' cgroup below the agent's cgroup root
+// (Config.MonitorCgroup): one of their own, outside the agent's cgroup, so
+// that a service manager ending the agent's cgroup leaves them and their
+// containers running, and inside the cgroup root, so that two agents on a
+// host never share it and `minilet cleanup` finds it. Their memory is not
+// charged to any pod.
+const MonitorCgroupName = "minilet-monitors"
 
 // extraHierarchies are v1 hierarchies the driver does not manage but a
 // service manager tracks processes by (systemd's own, and the unified one of

@@ -41,8 +41,9 @@ type Config struct {
 	ExecHelper string
 	// Layers locates the image layers of containers from images. Required.
 	Layers Layers
-	// MonitorCgroup is the cgroup monitors move into, outside the agent's.
-	// Default: DefaultMonitorCgroup.
+	// MonitorCgroup is the cgroup monitors move into, outside the agent's
+	// (the agent gives <cgroup root>/MonitorCgroupName). Nil: monitors
+	// stay in the cgroup of whoever started them.
 	MonitorCgroup cgroups.Name
 }
 
@@ -63,7 +64,7 @@ type Supervisor struct {
 	execHelper string
 	layers     Layers
 	// monDirs are the monitors' own cgroup directories (see
-	// DefaultMonitorCgroup).
+	// MonitorCgroupName).
 	monDirs []monitorproc.CgroupDir
 
 	mu         sync.Mutex
@@ -127,9 +128,6 @@ func Open(cfg Config) (*Supervisor, error) {
 	}
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create runtime state dir: %w", err)
-	}
-	if cfg.MonitorCgroup == nil {
-		cfg.MonitorCgroup = DefaultMonitorCgroup
 	}
 	s.monDirs = s.monitorCgroupDirs(cfg.MonitorCgroup)
 	if err := s.load(); err != nil {
