@@ -76,20 +76,58 @@ func TryLock(path string) (*Lock, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	if err := flock(f); err != nil {
-		holder, _ := readHolder(f)
-		_ = f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, &HeldError{Path: path, Holder: holder}
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		if err := flock(f); err != nil {
+			holder, _ := readHolder(f)
+			_ = f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, &HeldError{Path: path, Holder: holder}
+			}
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		// Remove may have unlinked the file between the open and the
+		// flock: a lock on an unlinked file guards nothing, since the next
+		// agent creates and locks a new one. Try again on the new file.
+		if !samePath(f, path) {
+			_ = f.Close()
+			continue
+		}
+		prev, _ := readHolder(f) // a torn or foreign record is no holder
+		return &Lock{f: f, Previous: prev}, nil
 	}
-	prev, _ := readHolder(f) // a torn or foreign record is no holder
-	return &Lock{f: f, Previous: prev}, nil
+}
+
+// samePath reports whether path still names the open file f.
+func samePath(f *os.File, path string) bool {
+	var held, named unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &held) != nil || unix.Stat(path, &named) != nil {
+		return false
+	}
+	return held.Dev == named.Dev && held.Ino == named.Ino
+}
+
+// Remove deletes the lock file at path if no live process holds it (a
+// *HeldError otherwise), for `minilet cleanup` once an agent is gone for
+// good. It removes the file while holding the lock, and TryLock checks
+// that the file it locked is still the one at path, so no two agents can
+// ever each hold a lock on a different file of the same name.
+func Remove(path string) error {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	l, err := TryLock(path)
+	if err != nil {
+		return err
+	}
+	defer l.Release()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove lock %s: %w", path, err)
+	}
+	return nil
 }
 
 // Record writes me as the lock's holder.

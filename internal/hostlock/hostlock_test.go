@@ -113,3 +113,48 @@ func TestLockOfAKilledProcessDoesNotBlock(t *testing.T) {
 		t.Errorf("previous %+v, want the dead helper", l.Previous)
 	}
 }
+
+// Remove refuses a held lock; a free one is removed, and a holder that
+// opened the file before the removal cannot end up holding the unlinked
+// file while the next agent holds a new one.
+func TestRemove(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	if err := Remove(path); err != nil {
+		t.Fatalf("Remove of a missing lock: %v", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Remove of a missing lock created it: %v", err)
+	}
+	l, err := Acquire(path, Self("/a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held *HeldError
+	if err := Remove(path); !errors.As(err, &held) {
+		t.Fatalf("Remove while held: %v, want a HeldError", err)
+	}
+	l.Release()
+	// A file opened before the removal, as a racing agent's would be.
+	stale, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stale.Close() }()
+	if err := Remove(path); err != nil {
+		t.Fatalf("Remove of a free lock: %v", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("lock file still there: %v", err)
+	}
+	if samePath(stale, path) {
+		t.Fatal("the unlinked file still counts as the lock")
+	}
+	next, err := Acquire(path, Self("/b"))
+	if err != nil {
+		t.Fatalf("after Remove: %v", err)
+	}
+	defer next.Release()
+	if !samePath(next.f, path) {
+		t.Error("the new holder does not hold the file at path")
+	}
+}
