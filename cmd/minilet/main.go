@@ -30,7 +30,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCommand())
+	root.AddCommand(newRunCommand(), newCleanupCommand())
 	cli.AddCommands(root, cli.Options{})
 	if err := root.Execute(); err != nil {
 		// exec passes on the remote command's exit code, as kubectl does.

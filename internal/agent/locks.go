@@ -9,15 +9,15 @@ import (
 	"github.com/minilet/minilet/internal/hostlock"
 )
 
-// rootLockName is the root dir's lock file: held by the agent running on
+// RootLockName is the root dir's lock file: held by the agent running on
 // it, for as long as it runs.
-const rootLockName = "minilet.lock"
+const RootLockName = "minilet.lock"
 
 // lockRootDir makes the agent the only one on --root-dir: its pod state,
 // runtime state and containers are nobody else's to adopt. The lock is
 // dropped by release, or by the kernel when the agent dies.
 func lockRootDir(cfg *config.Config) (release func(), err error) {
-	l, err := hostlock.Acquire(filepath.Join(cfg.RootDir, rootLockName), hostlock.Self(cfg.RootDir))
+	l, err := hostlock.Acquire(filepath.Join(cfg.RootDir, RootLockName), hostlock.Self(cfg.RootDir))
 	if err != nil {
 		return nil, heldBy(config.FlagRootDir, cfg.RootDir, err)
 	}

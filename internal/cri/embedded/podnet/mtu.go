@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,10 +18,20 @@ import (
 // dropped on the way out (connections hang on large transfers). ok is
 // false when the host has no default route.
 func DefaultRouteMTU() (mtu int, ok bool) {
-	return defaultRouteMTU("/proc/net", "/sys/class/net")
+	return defaultRouteMTU("/proc/net", interfaceMTU)
 }
 
-func defaultRouteMTU(procNet, sysNet string) (int, bool) {
+// interfaceMTU asks the kernel (rtnetlink, in this process's network
+// namespace; /sys/class/net shows the namespace that mounted sysfs).
+func interfaceMTU(name string) (int, error) {
+	iface, err := net.InterfaceByName(name)
+	if err != nil {
+		return 0, err
+	}
+	return iface.MTU, nil
+}
+
+func defaultRouteMTU(procNet string, ifaceMTU func(string) (int, error)) (int, bool) {
 	iface := defaultRouteInterface(filepath.Join(procNet, "route"), parseRouteV4)
 	if iface == "" {
 		iface = defaultRouteInterface(filepath.Join(procNet, "ipv6_route"), parseRouteV6)
@@ -28,11 +39,7 @@ func defaultRouteMTU(procNet, sysNet string) (int, bool) {
 	if iface == "" {
 		return 0, false
 	}
-	data, err := os.ReadFile(filepath.Join(sysNet, iface, "mtu"))
-	if err != nil {
-		return 0, false
-	}
-	mtu, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	mtu, err := ifaceMTU(iface)
 	if err != nil || mtu <= 0 {
 		return 0, false
 	}

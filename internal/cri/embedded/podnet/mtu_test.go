@@ -3,6 +3,7 @@ package podnet
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -34,7 +35,7 @@ func TestDefaultRouteMTU(t *testing.T) {
 		{"no default route", v4Header, "", map[string]string{"eth0": "1500"}, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			procNet, sysNet := t.TempDir(), t.TempDir()
+			procNet := t.TempDir()
 			write := func(p, s string) {
 				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 					t.Fatal(err)
@@ -45,10 +46,14 @@ func TestDefaultRouteMTU(t *testing.T) {
 			}
 			write(filepath.Join(procNet, "route"), tc.v4)
 			write(filepath.Join(procNet, "ipv6_route"), tc.v6)
-			for iface, mtu := range tc.mtus {
-				write(filepath.Join(sysNet, iface, "mtu"), mtu+"\n")
+			mtuOf := func(iface string) (int, error) {
+				m, ok := tc.mtus[iface]
+				if !ok {
+					return 0, os.ErrNotExist
+				}
+				return strconv.Atoi(m)
 			}
-			got, ok := defaultRouteMTU(procNet, sysNet)
+			got, ok := defaultRouteMTU(procNet, mtuOf)
 			if got != tc.want || ok != tc.wantSeen {
 				t.Errorf("defaultRouteMTU = %d, %v; want %d, %v", got, ok, tc.want, tc.wantSeen)
 			}
