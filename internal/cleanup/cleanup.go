@@ -58,8 +58,10 @@ type Report struct {
 	Left    []string // each with its reason
 }
 
-func (r *Report) removed(format string, a ...any) { r.Removed = append(r.Removed, fmt.Sprintf(format, a...)) }
-func (r *Report) left(format string, a ...any)    { r.Left = append(r.Left, fmt.Sprintf(format, a...)) }
+func (r *Report) removed(format string, a ...any) {
+	r.Removed = append(r.Removed, fmt.Sprintf(format, a...))
+}
+func (r *Report) left(format string, a ...any) { r.Left = append(r.Left, fmt.Sprintf(format, a...)) }
 
 // Print writes the report for a person.
 func (r *Report) Print(w io.Writer) {

@@ -224,4 +224,3 @@ func remove(rep *Report, path, what string) {
 		rep.left("%s %s: %v", what, path, err)
 	}
 }
-
