@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/minilet
 LINT := $(shell $(GO) env GOPATH)/bin/golangci-lint
 
-.PHONY: build test unit vet lint bench run clean conformance
+.PHONY: build test unit vet lint bench run cleanup clean conformance
 
 # The agent starts container monitors from bin/minilet-monitor and enters
 # containers for execs through bin/minilet-exec (both next to it). The exec
@@ -12,6 +12,7 @@ LINT := $(shell $(GO) env GOPATH)/bin/golangci-lint
 # -buildvcs=auto stamps the commit `minilet version` prints, also where the
 # environment's GOFLAGS turn VCS stamping off.
 build:
+	@echo "make: building bin/minilet, bin/minilet-monitor and bin/minilet-exec (the first build downloads and compiles the Go modules: several minutes of 'go: downloading'; later builds are cached)"
 	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/minilet
 	$(GO) build -o bin/minilet-monitor ./cmd/minilet-monitor
 	GO=$(GO) ./scripts/build-exec-helper.sh bin/minilet-exec
@@ -64,11 +65,30 @@ conformance:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./bench/
 
-# Pods off the host network need the CNI reference plugins: built (once,
-# cached by version) by scripts/cni-plugins.sh, which prints their dir.
+# make run starts the agent on the example pods, with ROOT as its root dir
+# (state, keys, images; default /var/lib/minilet, readable by root only)
+# and what it would otherwise share with other agents on the host below
+# it where it can: the device-plugin dir and the CNI configuration. The
+# cgroup root is CGROUP_ROOT; the host-wide IP pool of the default network
+# (/var/lib/cni/networks/minilet), its bridge minilet0 and portmap's chains
+# are shared by design. Pods off the host network need the CNI reference
+# plugins: built (once, cached by version) by scripts/cni-plugins.sh, which
+# installs iptables with apt-get if it is missing (MINILET_NO_INSTALL=1
+# skips that) and prints the plugins' dir. `make cleanup` with the same
+# ROOT and CGROUP_ROOT removes all of it again once the agent is stopped
+# (see `minilet cleanup --help`).
+ROOT ?= /var/lib/minilet
+CGROUP_ROOT ?= /minilet
+RUN_FLAGS = --root-dir $(ROOT) --cgroup-root $(CGROUP_ROOT) --device-plugin-dir $(ROOT)/device-plugins \
+	--cni-conf-dir $(ROOT)/cni/net.d --pod-manifest-path examples/pods
 run: build
-	./$(BIN) run --pod-manifest-path examples/pods --root-dir /tmp/minilet \
-		--cni-bin-dir "$$(./scripts/cni-plugins.sh | tail -n 1)"
+	@echo "make run: the CNI plugins pods' networks need (scripts/cni-plugins.sh)"
+	@dir="$$(./scripts/cni-plugins.sh | tail -n 1)" && \
+		echo "make run: starting the agent: root dir $(ROOT), cgroup root $(CGROUP_ROOT), the pods of examples/pods (Ctrl-C stops the agent, the pods keep running; make cleanup removes them and everything the agent made)" && \
+		exec ./$(BIN) run $(RUN_FLAGS) --cni-bin-dir "$$dir"
+
+cleanup: build
+	./$(BIN) cleanup --stop-pods $(RUN_FLAGS) --cni-bin-dir "$$(./scripts/cni-plugins.sh | tail -n 1)"
 
 clean:
 	rm -rf bin

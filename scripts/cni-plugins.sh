@@ -7,7 +7,9 @@
 # The build is cached by version in ${MINILET_CNI_CACHE:-~/.cache/minilet-cni}
 # (about 20 s cold, nothing when cached); concurrent callers wait on a lock.
 # The plugins need iptables (portmap, the bridge's masquerading): installed
-# from the distribution's packages when missing.
+# from the distribution's packages when missing, saying so first;
+# MINILET_NO_INSTALL=1 installs nothing (host ports then fail until
+# iptables is installed).
 set -euo pipefail
 
 VERSION=v1.10.0
@@ -18,8 +20,10 @@ DIR="$CACHE/$VERSION"
 
 say() { echo "cni-plugins: $*" >&2; }
 
-if ! command -v iptables >/dev/null 2>&1; then
-	say "installing iptables"
+if ! command -v iptables >/dev/null 2>&1 && [ "${MINILET_NO_INSTALL:-0}" = 1 ]; then
+	say "WARNING: iptables is missing and MINILET_NO_INSTALL=1: not installing it; host ports and the pods' masquerading will fail (apt-get install iptables)"
+elif ! command -v iptables >/dev/null 2>&1; then
+	say "iptables is missing (portmap and the bridge's masquerading need it): installing Debian's iptables package with apt-get (MINILET_NO_INSTALL=1 skips this)"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get -o DPkg::Lock::Timeout=120 update -qq >&2 &&
 		apt-get -o DPkg::Lock::Timeout=120 install -y -qq --no-install-recommends iptables >&2 ||
@@ -34,7 +38,7 @@ for p in "${PLUGINS[@]}"; do
 	[ -x "$DIR/$(basename "$p")" ] || complete=0
 done
 if [ $complete = 0 ]; then
-	say "building ${PLUGINS[*]} at $VERSION into $DIR"
+	say "building the CNI reference plugins (${PLUGINS[*]##*/}) at $VERSION from the Go module proxy into $DIR (about 20 s once; cached by version)"
 	rm -rf "$DIR.tmp"
 	mkdir -p "$DIR.tmp"
 	pkgs=()

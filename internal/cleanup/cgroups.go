@@ -15,6 +15,10 @@ import (
 	"github.com/minilet/minilet/internal/hostlock"
 )
 
+// legacyMonitorCgroup is where monitors ran before they moved below the
+// cgroup root.
+const legacyMonitorCgroup = "/minilet-monitors"
+
 // removeCgroups removes the cgroups the agent made below its cgroup root,
 // in every hierarchy (the v1 controllers, systemd's named one and the
 // unified one, or the v2 tree): kubepods with its QoS tiers and pods, the
@@ -68,6 +72,13 @@ func removeCgroups(cfg Config, rep *Report) error {
 			default:
 				rep.left("cgroup root %s: %v (it holds cgroups that are not this agent's)", dir, err)
 			}
+		}
+	}
+	// Earlier versions put every agent's monitors in one cgroup at the top;
+	// once empty it is nobody's.
+	for _, m := range mounts {
+		if os.Remove(filepath.Join(m, legacyMonitorCgroup)) == nil {
+			removed = append(removed, legacyMonitorCgroup)
 		}
 	}
 	if len(removed) > 0 {
