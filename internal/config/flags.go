@@ -143,7 +143,7 @@ const (
 // defaults match the configuration defaults, so --help tells the truth.
 func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.ConfigFile, FlagConfig, "", "KubeletConfiguration (kubelet.config.k8s.io/v1beta1) file; flags set on the command line override it")
-	fs.StringVar(&o.RootDir, FlagRootDir, DefaultRootDir, "directory for minilet state: logs, checkpoints, images, sockets")
+	fs.StringVar(&o.RootDir, FlagRootDir, DefaultRootDir, "directory for minilet state: logs, checkpoints, images, sockets and the agent's keys (pki/); made readable by root only (0700)")
 	fs.StringVar(&o.PodManifestPath, FlagPodManifestPath, "", "directory (or file) of static pod manifests to run")
 	fs.StringVar(&o.ObjectManifestPath, FlagObjectManifestPath, "", "directory of ConfigMap and Secret objects (YAML or JSON) for pods' volumes and env when there is no API server; re-read at every pod sync")
 	fs.StringVar(&o.ManifestURL, FlagManifestURL, "", "URL serving static pod manifests (a Pod or PodList)")
