@@ -17,6 +17,7 @@ import (
 	"github.com/minilet/minilet/internal/cli"
 	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/cri/embedded"
+	"github.com/minilet/minilet/internal/journald"
 )
 
 func main() {
@@ -54,7 +55,7 @@ func newRunCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+			log := newLogger(cfg.LogLevel)
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return agent.Run(ctx, cfg, log)
@@ -62,4 +63,13 @@ func newRunCommand() *cobra.Command {
 	}
 	config.AddFlags(cmd.Flags(), opts)
 	return cmd
+}
+
+// newLogger logs structured entries to the journal when the agent runs as
+// a systemd service, else text lines to standard error.
+func newLogger(level slog.Leveler) *slog.Logger {
+	if journald.ToJournal() {
+		return slog.New(journald.New("minilet", level, nil))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }

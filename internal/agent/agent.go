@@ -33,6 +33,7 @@ import (
 	"github.com/minilet/minilet/internal/podspec"
 	"github.com/minilet/minilet/internal/podworkers"
 	"github.com/minilet/minilet/internal/prober"
+	"github.com/minilet/minilet/internal/sdnotify"
 	"github.com/minilet/minilet/internal/store"
 	"github.com/minilet/minilet/internal/volumes"
 )
@@ -299,6 +300,12 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The kubelet's sync-loop health: /healthz and the systemd watchdog.
+	healthy := func() error { return loop.Healthy(clk.Now(), lifecycle.HealthThreshold(cfg.SyncFrequency)) }
+	notifier, err := sdnotify.New(sdnotify.Config{Healthy: healthy, Clock: clk, Logger: log})
+	if err != nil {
+		return err
+	}
 
 	// The admin socket. (The kubelet API is served once the loop has the
 	// sources' pods, below.)
@@ -345,13 +352,18 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	cancelWait()
 	if err := serveAPI(ctx, bg, api, apiViews{
 		cfg: cfg, pods: pods, node: node, events: ev.store, cgroups: cgroups,
-		devices: devices, images: imageGC, runtime: cri, streams: kuberuntime.NewStreams(rm, cri),
+		devices: devices, images: imageGC, runtime: cri, streams: kuberuntime.NewStreams(rm, cri), healthy: healthy,
 	}, link, reg, srvErr, log); err != nil {
 		cancel()
 		<-loopDone
 		return err
 	}
 	served = true
+	// A Type=notify unit starts here: pods adopted, API served.
+	notifier.Ready(fmt.Sprintf("serving %d pod(s)", len(pods.List())))
+	notifier.Start(ctx)
+	defer notifier.Stop()
+	defer notifier.Stopping()
 	select {
 	case <-ctx.Done():
 		<-loopDone

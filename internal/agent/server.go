@@ -129,6 +129,7 @@ func serveAPI(ctx context.Context, bg *background, l listeners, v apiViews, link
 		NodeLogDir: nodeLogDir(cfg),
 		Profiling:  cfg.Raw.EnableProfilingHandler != nil && *cfg.Raw.EnableProfilingHandler,
 		Auth:       auth,
+		Healthy:    v.healthy,
 		Logger:     log,
 	}
 	secure := tls.NewListener(l.secure, tlsConfig)
@@ -353,6 +354,7 @@ type apiViews struct {
 	images  *images.GC
 	runtime criRuntime
 	streams *kuberuntime.Streams
+	healthy func() error // the sync loop's health, for /healthz
 }
 
 var (

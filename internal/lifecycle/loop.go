@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -72,6 +73,11 @@ type Loop struct {
 	readd        map[types.UID]*v1.Pod     // leaving pods to run again once gone
 	mirrorsAsked map[types.UID]mirrorState // static pods synced for an out-of-step mirror
 	lastGC       time.Time
+
+	// entered is when Run last began an iteration (unix nanoseconds, 0
+	// before the first): the kubelet's sync-loop monitor, read by health
+	// checks from other goroutines.
+	entered atomic.Int64
 }
 
 // NewLoop returns a Loop; it rejects a config without a required
@@ -123,6 +129,7 @@ func (l *Loop) Run(ctx context.Context, in Inputs) {
 	tick := l.cfg.Clock.NewTicker(housekeepingPeriod)
 	defer tick.Stop()
 	for {
+		l.entered.Store(l.cfg.Clock.Now().UnixNano())
 		select {
 		case <-ctx.Done():
 			return
@@ -140,6 +147,34 @@ func (l *Loop) Run(ctx context.Context, in Inputs) {
 			l.Housekeeping(ctx)
 		}
 	}
+}
+
+// LastIteration is when the loop last began an iteration (zero before
+// Run). The housekeeping tick wakes it every 2 s, so a time far in the past
+// means a handler is stuck.
+func (l *Loop) LastIteration() time.Time {
+	ns := l.entered.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// HealthThreshold is how long the loop may go without an iteration before
+// it counts as stuck, as the kubelet's sync-loop health check: twice the
+// sync frequency, and at least five minutes.
+func HealthThreshold(syncFrequency time.Duration) time.Duration {
+	return max(2*syncFrequency, 5*time.Minute)
+}
+
+// Healthy reports an error when the loop has not begun an iteration within
+// threshold of now.
+func (l *Loop) Healthy(now time.Time, threshold time.Duration) error {
+	last := l.LastIteration()
+	if !last.IsZero() && now.Sub(last) > threshold {
+		return fmt.Errorf("sync loop took longer than expected: no iteration for %s (limit %s)", now.Sub(last).Round(time.Second), threshold)
+	}
+	return nil
 }
 
 // HandleEvent asks the worker of a known pod to sync again now: the

@@ -17,8 +17,19 @@ import (
 	"github.com/minilet/minilet/internal/logs"
 )
 
+// healthz answers "ok", or, when the sync loop is stuck, 500 with the
+// kubelet's list of checks (the reason goes to the log, not the caller).
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if s.cfg.Healthy != nil {
+		if err := s.cfg.Healthy(); err != nil {
+			s.log.Warn("healthz check failed", "check", "syncloop", "err", err)
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte("[+]ping ok\n[+]log ok\n[-]syncloop failed: reason withheld\nhealthz check failed\n"))
+			return
+		}
+	}
 	_, _ = w.Write([]byte("ok"))
 }
 

@@ -71,6 +71,9 @@ type Config struct {
 	// Auth authenticates and authorizes every request of the full API;
 	// nil lets every request through (tests).
 	Auth Guard
+	// Healthy, when set, fails /healthz with its error (the sync loop is
+	// stuck), as the kubelet's syncloop check does.
+	Healthy func() error
 	// Logger receives request errors. Default: discard.
 	Logger *slog.Logger
 	// ShutdownTimeout bounds graceful shutdown. Default DefaultShutdownTimeout.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -425,5 +426,25 @@ func TestFollowEndsWhenContainerRestarts(t *testing.T) {
 	}
 	if strings.Contains(string(rest), "new instance") {
 		t.Errorf("the old instance's stream printed the new instance's log: %q", rest)
+	}
+}
+
+// A stuck sync loop fails /healthz on both servers, as the kubelet's does,
+// without telling an unauthenticated caller why.
+func TestHealthzFailsWhileTheSyncLoopIsStuck(t *testing.T) {
+	var stuck error
+	cfg := Config{Healthy: func() error { return stuck }}
+	for name, h := range map[string]http.Handler{"kubelet API": New(cfg).Handler(), "read-only": NewReadOnly(cfg).Handler()} {
+		ts := httptest.NewServer(h)
+		stuck = nil
+		if code, body := get(t, ts.URL+"/healthz"); code != 200 || body != "ok" {
+			t.Errorf("%s healthy: %d %q", name, code, body)
+		}
+		stuck = errors.New("sync loop took longer than expected")
+		code, body := get(t, ts.URL+"/healthz")
+		if code != 500 || !strings.Contains(body, "[-]syncloop failed: reason withheld") || strings.Contains(body, "longer") {
+			t.Errorf("%s stuck: %d %q", name, code, body)
+		}
+		ts.Close()
 	}
 }
