@@ -75,7 +75,9 @@ func New(cfg Config) (*Notifier, error) {
 func (n *Notifier) Ready(status string) { n.send(daemon.SdNotifyReady + "\nSTATUS=" + status) }
 
 // Stopping says the agent is shutting down (its pods keep running).
-func (n *Notifier) Stopping() { n.send(daemon.SdNotifyStopping + "\nSTATUS=stopping; pods keep running") }
+func (n *Notifier) Stopping() {
+	n.send(daemon.SdNotifyStopping + "\nSTATUS=stopping; pods keep running")
+}
 
 func (n *Notifier) send(state string) {
 	if _, err := n.cfg.Send(state); err != nil {
