@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/minilet
 LINT := $(shell $(GO) env GOPATH)/bin/golangci-lint
 
-.PHONY: build test unit vet lint bench run cleanup clean conformance
+.PHONY: build test unit vet lint bench run cleanup install clean conformance
 
 # The agent starts container monitors from bin/minilet-monitor and enters
 # containers for execs through bin/minilet-exec (both next to it). The exec
@@ -77,6 +77,7 @@ bench:
 # skips that) and prints the plugins' dir. `make cleanup` with the same
 # ROOT and CGROUP_ROOT removes all of it again once the agent is stopped
 # (see `minilet cleanup --help`).
+PREFIX ?= /usr/local
 ROOT ?= /var/lib/minilet
 CGROUP_ROOT ?= /minilet
 RUN_FLAGS = --root-dir $(ROOT) --cgroup-root $(CGROUP_ROOT) --device-plugin-dir $(ROOT)/device-plugins \
@@ -89,6 +90,13 @@ run: build
 
 cleanup: build
 	./$(BIN) cleanup --stop-pods $(RUN_FLAGS) --cni-bin-dir "$$(./scripts/cni-plugins.sh | tail -n 1)"
+
+# minilet as a systemd service (deploy/systemd/minilet.service, configuration
+# in /etc/minilet, state in /var/lib/minilet); DESTDIR and PREFIX as usual.
+# On a running systemd it enables and (re)starts the service: run it again
+# after a pull to upgrade in place (pods keep running and are adopted).
+install: build
+	DESTDIR=$(DESTDIR) PREFIX=$(PREFIX) ./scripts/install.sh
 
 clean:
 	rm -rf bin

@@ -53,7 +53,7 @@ root dir, and while pods run unless --stop-pods.`,
 				CNICacheDir:              cfg.CNICacheDir,
 				ContainerRuntimeEndpoint: cfg.ContainerRuntimeEndpoint,
 				StopPods:                 stopPods,
-				Logger:                   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+				Logger:                   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 			})
 			if rep != nil && (err == nil || len(rep.Removed)+len(rep.Left) > 0) {
 				rep.Print(cmd.OutOrStdout())
