@@ -49,6 +49,11 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := privateRootDir(cfg.RootDir, log); err != nil {
 		return err
 	}
+	if cfg.FailSwapOn {
+		if err := cm.CheckSwap(cm.ProcSwaps); err != nil {
+			return err
+		}
+	}
 	// One agent per root dir, cgroup root and device-plugin dir (the
 	// latter two are taken below, before anything there is touched).
 	unlock, err := lockRootDir(cfg)

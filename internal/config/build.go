@@ -55,6 +55,7 @@ func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.
 		MaxPods:                     int(kc.MaxPods),
 		CgroupRoot:                  kc.CgroupRoot,
 		CgroupsPerQOS:               *kc.CgroupsPerQOS,
+		FailSwapOn:                  *kc.FailSwapOn,
 		CgroupDriver:                kc.CgroupDriver,
 		CPUCFSQuota:                 *kc.CPUCFSQuota,
 		CPUCFSQuotaPeriod:           kc.CPUCFSQuotaPeriod.Duration,

@@ -90,6 +90,7 @@ type Config struct {
 	// Cgroups and resources.
 	CgroupRoot        string        // cgroupRoot / --cgroup-root; default /minilet (the kubelet's is "/")
 	CgroupsPerQOS     bool          // default true
+	FailSwapOn        bool          // failSwapOn / --fail-swap-on; default true in cluster mode, false standalone
 	CgroupDriver      string        // cgroupfs (default) or systemd
 	CPUCFSQuota       bool          // default true
 	CPUCFSQuotaPeriod time.Duration // default 100ms

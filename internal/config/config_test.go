@@ -386,3 +386,25 @@ func TestEventSpamKeyPerReason(t *testing.T) {
 		t.Error("NewOptions defaults EventSpamKeyPerReason to true")
 	}
 }
+
+// failSwapOn: the kubelet's true in cluster mode, false standalone (an edge
+// box or laptop with swap still runs its pods), and what the file or the
+// flag says wins.
+func TestFailSwapOnDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		file string
+		args []string
+		want bool
+	}{
+		{"standalone", "", nil, false},
+		{"cluster", "", []string{"--kubeconfig=/k"}, true},
+		{"cluster, flag off", "", []string{"--kubeconfig=/k", "--fail-swap-on=false"}, false},
+		{"standalone, file on", header + "failSwapOn: true\n", nil, true},
+		{"cluster, file off", header + "failSwapOn: false\n", []string{"--kubeconfig=/k"}, false},
+	} {
+		if got := mustLoad(t, tc.file, tc.args...).FailSwapOn; got != tc.want {
+			t.Errorf("%s: FailSwapOn = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

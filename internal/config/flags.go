@@ -49,6 +49,7 @@ type Options struct {
 	AuthorizationMode        string            // authorization.mode
 	CgroupRoot               string            // cgroupRoot
 	CgroupsPerQOS            bool              // cgroupsPerQOS
+	FailSwapOn               bool              // failSwapOn
 	CgroupDriver             string            // cgroupDriver
 	KubeReserved             map[string]string // kubeReserved
 	SystemReserved           map[string]string // systemReserved
@@ -87,6 +88,7 @@ const (
 	FlagDevicePluginDir          = "device-plugin-dir"
 	FlagCgroupRoot               = "cgroup-root"
 	FlagCgroupsPerQOS            = "cgroups-per-qos"
+	FlagFailSwapOn               = "fail-swap-on"
 	FlagCgroupDriver             = "cgroup-driver"
 	FlagHostnameOverride         = "hostname-override"
 	FlagKubeconfig               = "kubeconfig"
@@ -161,6 +163,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringVar(&o.DevicePluginDir, FlagDevicePluginDir, DefaultDevicePluginDir, "directory holding the device plugin registration socket")
 	fs.StringVar(&o.CgroupRoot, FlagCgroupRoot, DefaultCgroupRoot, "cgroup under which pod cgroups are created (minilet's default differs from the kubelet's '/')")
 	fs.BoolVar(&o.CgroupsPerQOS, FlagCgroupsPerQOS, true, "create the QoS cgroup hierarchy (guaranteed at the root, burstable, besteffort)")
+	fs.BoolVar(&o.FailSwapOn, FlagFailSwapOn, false, "refuse to start while swap is on (the kubelet's check); default true with --kubeconfig, as the kubelet's, false standalone")
 	fs.StringVar(&o.CgroupDriver, FlagCgroupDriver, "cgroupfs", "cgroup driver: cgroupfs or systemd")
 	fs.StringVar(&o.HostnameOverride, FlagHostnameOverride, "", "node name to use instead of the host name")
 	fs.StringVar(&o.Kubeconfig, FlagKubeconfig, "", "kubeconfig of an API server to join as a node; empty = standalone")

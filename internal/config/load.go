@@ -172,6 +172,9 @@ func applyFlags(kc *kubeletv1beta1.KubeletConfiguration, o *Options, changed fun
 	if changed(FlagCgroupsPerQOS) {
 		kc.CgroupsPerQOS = ptr(o.CgroupsPerQOS)
 	}
+	if changed(FlagFailSwapOn) {
+		kc.FailSwapOn = ptr(o.FailSwapOn)
+	}
 	if changed(FlagCgroupDriver) {
 		kc.CgroupDriver = o.CgroupDriver
 	}
@@ -331,6 +334,12 @@ func SetDefaults(kc *kubeletv1beta1.KubeletConfiguration, set setFields) {
 	if kc.CgroupsPerQOS == nil {
 		kc.CgroupsPerQOS = ptr(true)
 	}
+	// The kubelet refuses to start with swap on; a standalone agent on an
+	// edge box or a laptop, where swap is common and no scheduler counts
+	// on the node's memory, runs with it (docs/swap.md).
+	if kc.FailSwapOn == nil {
+		kc.FailSwapOn = ptr(set.cluster)
+	}
 	if kc.CgroupDriver == "" {
 		kc.CgroupDriver = "cgroupfs"
 	}
@@ -407,7 +416,7 @@ var honoured = map[string]bool{
 	"fileCheckFrequency": true, "httpCheckFrequency": true, "syncFrequency": true,
 	"containerRuntimeEndpoint": true, "runtimeRequestTimeout": true,
 	"nodeStatusUpdateFrequency": true, "nodeStatusReportFrequency": true, "maxPods": true,
-	"cgroupRoot": true, "cgroupsPerQOS": true, "cgroupDriver": true, "podPidsLimit": true,
+	"cgroupRoot": true, "cgroupsPerQOS": true, "failSwapOn": true, "cgroupDriver": true, "podPidsLimit": true,
 	"kubeReserved": true, "systemReserved": true, "enforceNodeAllocatable": true,
 	"evictionHard": true, "evictionSoft": true, "evictionSoftGracePeriod": true,
 	"evictionMinimumReclaim": true, "evictionPressureTransitionPeriod": true,
