@@ -354,7 +354,10 @@ func runHelperAgent(arg string) int {
 		return 1
 	}
 	self, _ := os.Executable()
-	s, err := Open(Config{Dir: dir, Cgroups: cg, Monitor: self, Layers: noLayers{}})
+	// Monitors leave the agent's cgroup for one below the cgroup root, as
+	// the agent configures them.
+	s, err := Open(Config{Dir: dir, Cgroups: cg, Monitor: self, Layers: noLayers{},
+		MonitorCgroup: cgroups.Name{strings.TrimPrefix(parent, "/"), MonitorCgroupName}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -395,6 +398,11 @@ func TestAgentCgroupKilled(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cg.Destroy(context.Background(), cgroups.Name{parent[1:]})
 		_ = cg.Destroy(context.Background(), cgroups.Name{agentCgroup})
+		// The monitors' cgroup in the hierarchies the driver does not manage.
+		for _, h := range extraHierarchies {
+			_ = os.Remove(filepath.Join("/sys/fs/cgroup", h.dir, parent, MonitorCgroupName))
+			_ = os.Remove(filepath.Join("/sys/fs/cgroup", h.dir, parent))
+		}
 	})
 	marker := "marker-" + suffix
 	self, _ := os.Executable()
