@@ -252,6 +252,17 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	bg.run(evictor.Run)
 
+	// Graceful node shutdown: a logind inhibitor lock, and the pods stopped
+	// by priority when the node shuts down.
+	shutdown, err := newNodeShutdown(cfg, pods, workers, recorder, nodeRef, clk, log)
+	if err != nil {
+		return err
+	}
+	if err := shutdown.Start(ctx); err != nil {
+		return err
+	}
+	bg.onStop(shutdown.Stop)
+
 	// PLEG watches the runtime for containers that start and die.
 	relister := pleg.New(pleg.Config{Lister: rm, Clock: clk, Logger: log, Changes: runtimeChanges(cri)})
 
@@ -271,7 +282,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		RuntimeVersion: runtimeVersion,
 		Resources:      cgroups, Pressure: evictor, PLEG: relister, Runtime: cri, Clock: clk,
 		Images: cri, MaxImages: cfg.NodeStatusMaxImages,
-		Recorder: recorder,
+		Recorder: recorder, ShuttingDown: shutdown.ShuttingDown,
 	})
 
 	// The sync loop: admission first by the pod's OS and its sysctls
@@ -282,6 +293,9 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		Pods: pods, Workers: workers, Runtime: rm, Prober: probes,
 		Cgroups: cgroups, Devices: devices,
 		Admitters: []lifecycle.Admitter{
+			lifecycle.AdmitFunc(func(_ context.Context, p *v1.Pod, _ []*v1.Pod) (bool, string, string) {
+				return shutdown.Admit(p)
+			}),
 			lifecycle.AdmitFunc(func(_ context.Context, p *v1.Pod, _ []*v1.Pod) (bool, string, string) {
 				return podspec.AdmitOS(p)
 			}),

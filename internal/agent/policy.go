@@ -5,12 +5,17 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/clock"
+
 	"github.com/minilet/minilet/internal/cm"
 	"github.com/minilet/minilet/internal/config"
 	"github.com/minilet/minilet/internal/devicemanager"
 	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/eviction"
 	"github.com/minilet/minilet/internal/images"
+	"github.com/minilet/minilet/internal/lifecycle"
+	"github.com/minilet/minilet/internal/nodeshutdown"
 )
 
 // The policy packages take their own options; this file is the one place
@@ -85,6 +90,31 @@ func newEviction(cfg *config.Config, deps eviction.Deps, cgroups *cm.Manager) (*
 	m, err := eviction.New(evictionConfig(cfg), deps)
 	if err != nil {
 		return nil, fmt.Errorf("eviction: %w", err)
+	}
+	return m, nil
+}
+
+// newNodeShutdown builds graceful node shutdown from its three fields; with
+// none set it is off and needs no logind.
+func newNodeShutdown(cfg *config.Config, pods *lifecycle.Pods, workers lifecycle.PodWorkers, rec events.Recorder, node runtime.Object, clk clock.WithTicker, log *slog.Logger) (*nodeshutdown.Manager, error) {
+	nc := nodeshutdown.Config{
+		Period: cfg.ShutdownGracePeriod, CriticalPeriod: cfg.ShutdownGracePeriodCriticalPods,
+		KillPod: lifecycle.Evict(pods, workers), ActivePods: pods.Active,
+		Recorder: rec, Node: node, Clock: clk, Logger: log,
+	}
+	for _, p := range cfg.ShutdownGracePeriodByPodPriority {
+		nc.ByPriority = append(nc.ByPriority, nodeshutdown.PriorityPeriod{Priority: p.Priority, Period: p.Period})
+	}
+	if nc.Period > 0 || len(nc.ByPriority) > 0 {
+		lg, err := nodeshutdown.ConnectLogind()
+		if err != nil {
+			return nil, fmt.Errorf("shutdownGracePeriod: graceful node shutdown needs systemd-logind on the system bus: %w", err)
+		}
+		nc.Logind = lg
+	}
+	m, err := nodeshutdown.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("graceful node shutdown: %w", err)
 	}
 	return m, nil
 }

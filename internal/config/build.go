@@ -29,49 +29,51 @@ var hostname = os.Hostname
 func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.ErrorList) {
 	var errs field.ErrorList
 	c := &Config{
-		Raw:                         *kc,
-		RootDir:                     o.RootDir,
-		PinnedImages:                o.PinnedImages,
-		ImageGCPeriod:               o.ImageGCPeriod,
-		DevicePluginDir:             o.DevicePluginDir,
-		ClusterDNS:                  kc.ClusterDNS,
-		ClusterDomain:               kc.ClusterDomain,
-		CNIConfDir:                  o.CNIConfDir,
-		CNIBinDirs:                  splitList(o.CNIBinDir),
-		CNICacheDir:                 o.CNICacheDir,
-		EventSpamKeyPerReason:       o.EventSpamKeyPerReason,
-		Kubeconfig:                  o.Kubeconfig,
-		ObjectManifestPath:          o.ObjectManifestPath,
-		BootstrapKubeconfig:         o.BootstrapKubeconfig,
-		CertDir:                     o.CertDir,
-		RotateCertificates:          kc.RotateCertificates,
-		ServerTLSBootstrap:          kc.ServerTLSBootstrap,
-		StaticPodPath:               kc.StaticPodPath,
-		StaticPodURL:                kc.StaticPodURL,
-		StaticPodURLHeader:          http.Header{},
-		ContainerRuntimeEndpoint:    kc.ContainerRuntimeEndpoint,
-		ImageServiceEndpoint:        kc.ImageServiceEndpoint,
-		ReadOnlyPort:                int(kc.ReadOnlyPort),
-		MaxPods:                     int(kc.MaxPods),
-		CgroupRoot:                  kc.CgroupRoot,
-		CgroupsPerQOS:               *kc.CgroupsPerQOS,
-		FailSwapOn:                  *kc.FailSwapOn,
-		CgroupDriver:                kc.CgroupDriver,
-		CPUCFSQuota:                 *kc.CPUCFSQuota,
-		CPUCFSQuotaPeriod:           kc.CPUCFSQuotaPeriod.Duration,
-		PodPidsLimit:                *kc.PodPidsLimit,
-		SeccompDefault:              kc.SeccompDefault != nil && *kc.SeccompDefault,
-		EnforceNodeAllocatable:      kc.EnforceNodeAllocatable,
-		EvictionMaxPodGracePeriod:   time.Duration(kc.EvictionMaxPodGracePeriod) * time.Second,
-		ImageGCHighThresholdPercent: int(*kc.ImageGCHighThresholdPercent),
-		ImageGCLowThresholdPercent:  int(*kc.ImageGCLowThresholdPercent),
-		SerializeImagePulls:         *kc.SerializeImagePulls,
-		RegistryPullQPS:             int(*kc.RegistryPullQPS),
-		RegistryBurst:               int(kc.RegistryBurst),
-		ContainerLogMaxFiles:        int(*kc.ContainerLogMaxFiles),
-		ContainerLogMonitorInterval: kc.ContainerLogMonitorInterval.Duration,
-		EventRecordQPS:              int(*kc.EventRecordQPS),
-		EventBurst:                  int(kc.EventBurst),
+		Raw:                             *kc,
+		RootDir:                         o.RootDir,
+		PinnedImages:                    o.PinnedImages,
+		ImageGCPeriod:                   o.ImageGCPeriod,
+		DevicePluginDir:                 o.DevicePluginDir,
+		ClusterDNS:                      kc.ClusterDNS,
+		ClusterDomain:                   kc.ClusterDomain,
+		CNIConfDir:                      o.CNIConfDir,
+		CNIBinDirs:                      splitList(o.CNIBinDir),
+		CNICacheDir:                     o.CNICacheDir,
+		EventSpamKeyPerReason:           o.EventSpamKeyPerReason,
+		Kubeconfig:                      o.Kubeconfig,
+		ObjectManifestPath:              o.ObjectManifestPath,
+		BootstrapKubeconfig:             o.BootstrapKubeconfig,
+		CertDir:                         o.CertDir,
+		RotateCertificates:              kc.RotateCertificates,
+		ServerTLSBootstrap:              kc.ServerTLSBootstrap,
+		StaticPodPath:                   kc.StaticPodPath,
+		StaticPodURL:                    kc.StaticPodURL,
+		StaticPodURLHeader:              http.Header{},
+		ContainerRuntimeEndpoint:        kc.ContainerRuntimeEndpoint,
+		ImageServiceEndpoint:            kc.ImageServiceEndpoint,
+		ReadOnlyPort:                    int(kc.ReadOnlyPort),
+		MaxPods:                         int(kc.MaxPods),
+		CgroupRoot:                      kc.CgroupRoot,
+		CgroupsPerQOS:                   *kc.CgroupsPerQOS,
+		FailSwapOn:                      *kc.FailSwapOn,
+		ShutdownGracePeriod:             kc.ShutdownGracePeriod.Duration,
+		ShutdownGracePeriodCriticalPods: kc.ShutdownGracePeriodCriticalPods.Duration,
+		CgroupDriver:                    kc.CgroupDriver,
+		CPUCFSQuota:                     *kc.CPUCFSQuota,
+		CPUCFSQuotaPeriod:               kc.CPUCFSQuotaPeriod.Duration,
+		PodPidsLimit:                    *kc.PodPidsLimit,
+		SeccompDefault:                  kc.SeccompDefault != nil && *kc.SeccompDefault,
+		EnforceNodeAllocatable:          kc.EnforceNodeAllocatable,
+		EvictionMaxPodGracePeriod:       time.Duration(kc.EvictionMaxPodGracePeriod) * time.Second,
+		ImageGCHighThresholdPercent:     int(*kc.ImageGCHighThresholdPercent),
+		ImageGCLowThresholdPercent:      int(*kc.ImageGCLowThresholdPercent),
+		SerializeImagePulls:             *kc.SerializeImagePulls,
+		RegistryPullQPS:                 int(*kc.RegistryPullQPS),
+		RegistryBurst:                   int(kc.RegistryBurst),
+		ContainerLogMaxFiles:            int(*kc.ContainerLogMaxFiles),
+		ContainerLogMonitorInterval:     kc.ContainerLogMonitorInterval.Duration,
+		EventRecordQPS:                  int(*kc.EventRecordQPS),
+		EventBurst:                      int(kc.EventBurst),
 	}
 	if kc.MaxParallelImagePulls != nil {
 		c.MaxParallelImagePulls = int(*kc.MaxParallelImagePulls)
@@ -115,6 +117,7 @@ func build(kc *kubeletv1beta1.KubeletConfiguration, o *Options) (*Config, field.
 	errs = append(errs, validateRanges(kc)...)
 	errs = append(errs, buildIdentity(c, kc, o)...)
 	errs = append(errs, buildServer(c, kc)...)
+	errs = append(errs, buildShutdown(c, kc)...)
 
 	var rerrs field.ErrorList
 	c.KubeReserved, rerrs = parseReserved(kc.KubeReserved, field.NewPath("kubeReserved"))
@@ -378,4 +381,28 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// buildShutdown takes the graceful node shutdown fields, validated as the
+// kubelet validates them.
+func buildShutdown(c *Config, kc *kubeletv1beta1.KubeletConfiguration) field.ErrorList {
+	var errs field.ErrorList
+	total, critical := kc.ShutdownGracePeriod.Duration, kc.ShutdownGracePeriodCriticalPods.Duration
+	if total < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("shutdownGracePeriod"), total.String(), "must not be negative"))
+	}
+	if critical < 0 || critical > total {
+		errs = append(errs, field.Invalid(field.NewPath("shutdownGracePeriodCriticalPods"), critical.String(), "must be between 0 and shutdownGracePeriod"))
+	}
+	if len(kc.ShutdownGracePeriodByPodPriority) > 0 && (total != 0 || critical != 0) {
+		errs = append(errs, field.Forbidden(field.NewPath("shutdownGracePeriodByPodPriority"), "cannot be set together with shutdownGracePeriod or shutdownGracePeriodCriticalPods"))
+	}
+	for i, p := range kc.ShutdownGracePeriodByPodPriority {
+		if p.ShutdownGracePeriodSeconds < 0 {
+			errs = append(errs, field.Invalid(field.NewPath("shutdownGracePeriodByPodPriority").Index(i).Child("shutdownGracePeriodSeconds"), p.ShutdownGracePeriodSeconds, "must not be negative"))
+		}
+		c.ShutdownGracePeriodByPodPriority = append(c.ShutdownGracePeriodByPodPriority,
+			ShutdownPriorityPeriod{Priority: p.Priority, Period: time.Duration(p.ShutdownGracePeriodSeconds) * time.Second})
+	}
+	return errs
 }

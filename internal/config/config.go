@@ -88,13 +88,19 @@ type Config struct {
 	NodeStatusMaxImages       int           // nodeStatusMaxImages; default 50, -1 = no limit
 
 	// Cgroups and resources.
-	CgroupRoot        string        // cgroupRoot / --cgroup-root; default /minilet (the kubelet's is "/")
-	CgroupsPerQOS     bool          // default true
-	FailSwapOn        bool          // failSwapOn / --fail-swap-on; default true in cluster mode, false standalone
-	CgroupDriver      string        // cgroupfs (default) or systemd
-	CPUCFSQuota       bool          // default true
-	CPUCFSQuotaPeriod time.Duration // default 100ms
-	PodPidsLimit      int64         // default -1 (no limit)
+	CgroupRoot    string // cgroupRoot / --cgroup-root; default /minilet (the kubelet's is "/")
+	CgroupsPerQOS bool   // default true
+	FailSwapOn    bool   // failSwapOn / --fail-swap-on; default true in cluster mode, false standalone
+	// Graceful node shutdown (logind inhibitor): shutdownGracePeriod,
+	// shutdownGracePeriodCriticalPods and shutdownGracePeriodByPodPriority;
+	// default 0 and none: off, as the kubelet's.
+	ShutdownGracePeriod              time.Duration
+	ShutdownGracePeriodCriticalPods  time.Duration
+	ShutdownGracePeriodByPodPriority []ShutdownPriorityPeriod
+	CgroupDriver                     string        // cgroupfs (default) or systemd
+	CPUCFSQuota                      bool          // default true
+	CPUCFSQuotaPeriod                time.Duration // default 100ms
+	PodPidsLimit                     int64         // default -1 (no limit)
 	// SeccompDefault gives containers without a seccompProfile the
 	// runtime's default profile instead of Unconfined: seccompDefault /
 	// --seccomp-default; default false.
@@ -138,4 +144,10 @@ type Config struct {
 	// Ignored lists the configuration file's fields minilet reads but does
 	// not act on; the agent warns about each at start.
 	Ignored []string
+}
+
+// ShutdownPriorityPeriod is one shutdownGracePeriodByPodPriority entry.
+type ShutdownPriorityPeriod struct {
+	Priority int32
+	Period   time.Duration
 }

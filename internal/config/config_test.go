@@ -408,3 +408,23 @@ func TestFailSwapOnDefault(t *testing.T) {
 		}
 	}
 }
+
+// Graceful node shutdown's fields, validated as the kubelet's.
+func TestShutdownGracePeriods(t *testing.T) {
+	c := mustLoad(t, header+"shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n")
+	if c.ShutdownGracePeriod != 30*time.Second || c.ShutdownGracePeriodCriticalPods != 10*time.Second {
+		t.Errorf("periods %s %s", c.ShutdownGracePeriod, c.ShutdownGracePeriodCriticalPods)
+	}
+	c = mustLoad(t, header+"shutdownGracePeriodByPodPriority:\n- {priority: 0, shutdownGracePeriodSeconds: 20}\n- {priority: 100000, shutdownGracePeriodSeconds: 5}\n")
+	if len(c.ShutdownGracePeriodByPodPriority) != 2 || c.ShutdownGracePeriodByPodPriority[1] != (ShutdownPriorityPeriod{100000, 5 * time.Second}) {
+		t.Errorf("by priority %+v", c.ShutdownGracePeriodByPodPriority)
+	}
+	for file, want := range map[string]string{
+		header + "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n": "shutdownGracePeriodCriticalPods",
+		header + "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n- {priority: 0, shutdownGracePeriodSeconds: 20}\n": "shutdownGracePeriodByPodPriority",
+	} {
+		if _, err := load(t, file); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error naming %s", file, err, want)
+		}
+	}
+}

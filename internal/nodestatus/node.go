@@ -87,6 +87,9 @@ type Config struct {
 	Recorder events.Recorder
 	// Clock stamps heartbeats and transitions. Default: the real clock.
 	Clock clock.Clock
+	// ShuttingDown, when set and true, makes the node not Ready: it is
+	// shutting down (graceful node shutdown).
+	ShuttingDown func() bool
 }
 
 // Builder builds the node. Safe for concurrent use.
@@ -261,6 +264,9 @@ func (b *Builder) ref() *v1.Node {
 // readiness is the node's Ready condition: PLEG relisted recently and the
 // runtime answers and says it is ready.
 func (b *Builder) readiness() (bool, string) {
+	if b.cfg.ShuttingDown != nil && b.cfg.ShuttingDown() {
+		return false, "node is shutting down"
+	}
 	if ok, since := b.cfg.PLEG.Healthy(); !ok {
 		return false, "PLEG is not healthy: pleg was last seen active " + since.Round(time.Second).String() + " ago"
 	}
