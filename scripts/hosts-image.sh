@@ -9,9 +9,9 @@
 # Debian archive apt already uses (read from /etc/apt/sources.list*, never a
 # hard-coded host), in about a minute. The result is cached in
 # ${MINILET_HOSTS_CACHE:-~/.cache/minilet-hosts}/<key>, the key a hash of
-# this script (which holds the package list), so a change here builds a new
-# image and a second run reuses the old one in no time; concurrent callers
-# wait on a lock.
+# what builds it (suite, package list, build function), so changing those
+# builds a new image and a second run reuses the old one in no time;
+# concurrent callers wait on a lock.
 #
 # Installs, when missing, from the distribution's packages: mmdebstrap (the
 # image builder) and systemd-container (systemd-nspawn, which runs the nodes).
@@ -81,7 +81,9 @@ build() {
 }
 
 install_tools
-key=$(sha256sum "$0" | cut -c1-16)
+# The key is what builds the image (the suite, the package list and the
+# build function), so that editing the rest of this script costs no rebuild.
+key=$({ echo "$SUITE $PACKAGES"; declare -f build; } | sha256sum | cut -c1-16)
 dir="$CACHE/$key"
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
