@@ -269,7 +269,7 @@ func (n *Node) Close() error {
 		errs = append(errs, n.cgroups.remove())
 	}
 	if n.ip != "" {
-		errs = append(errs, ip("netns", "del", n.netns))
+		errs = append(errs, delNetns(n.netns))
 		n.net.detach(n)
 	}
 	errs = append(errs, n.removeDir())
@@ -295,7 +295,8 @@ func (n *Node) removeDir() error {
 			n.logf("node %s: %s is busy; detaching it", n.cfg.Name, n.rootfs)
 			err = syscall.Unmount(n.rootfs, syscall.MNT_DETACH)
 		}
-		if err != nil && !errors.Is(err, syscall.EINVAL) {
+		// EINVAL: not mounted; ENOENT: a sweep removed it already.
+		if err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 			return fmt.Errorf("unmounting %s: %w", n.rootfs, err)
 		}
 	}

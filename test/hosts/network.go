@@ -57,13 +57,17 @@ func NewNetwork(t testing.TB) *Network {
 }
 
 func newNetwork(logf func(string, ...any)) (*Network, error) {
+	sweepStale(logf)
 	id, err := randomHex(3)
 	if err != nil {
 		return nil, err
 	}
 	n := &Network{id: id, ns: "mh-" + id, logf: logf, nodes: map[string]*Node{}, next: firstHost}
-	if err := ip("netns", "add", n.ns); err != nil {
+	if err := recordOwner(id); err != nil {
 		return nil, err
+	}
+	if err := ip("netns", "add", n.ns); err != nil {
+		return nil, errors.Join(err, forgetOwner(id))
 	}
 	for _, args := range [][]string{
 		{"-n", n.ns, "link", "set", "lo", "up"},
@@ -72,7 +76,7 @@ func newNetwork(logf func(string, ...any)) (*Network, error) {
 	} {
 		if err := ip(args...); err != nil {
 			_ = ip("netns", "del", n.ns)
-			return nil, err
+			return nil, errors.Join(err, forgetOwner(id))
 		}
 	}
 	return n, nil
@@ -100,7 +104,7 @@ func (n *Network) Close() error {
 	for _, nd := range nodes {
 		errs = append(errs, nd.Close())
 	}
-	errs = append(errs, ip("netns", "del", n.ns))
+	errs = append(errs, delNetns(n.ns), forgetOwner(n.id))
 	return errors.Join(errs...)
 }
 
@@ -166,6 +170,15 @@ func (n *Network) writeHostsLocked() error {
 		errs = append(errs, writeFileAtomic(filepath.Join(nd.rootfs, "etc/hosts"), []byte(b.String()), 0o644))
 	}
 	return errors.Join(errs...)
+}
+
+// delNetns removes a network namespace that may be gone already (a sweep
+// of a dead test's leftovers removed it).
+func delNetns(name string) error {
+	if _, err := os.Stat(filepath.Join("/run/netns", name)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return ip("netns", "del", name)
 }
 
 // ip runs iproute2's ip.

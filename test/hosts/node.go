@@ -85,6 +85,7 @@ type Node struct {
 func StartNode(t testing.TB, cfg NodeConfig) *Node {
 	t.Helper()
 	requireRoot(t)
+	start := time.Now()
 	n, err := newNode(t, cfg)
 	if err != nil {
 		t.Fatalf("node %s: %v", cfg.Name, err)
@@ -102,6 +103,7 @@ func StartNode(t testing.TB, cfg NodeConfig) *Node {
 	if err := n.Start(ctx); err != nil {
 		t.Fatalf("node %s: %v; console, last lines:\n%s", cfg.Name, err, n.consoleTail(4096))
 	}
+	t.Logf("node %s: started in %v (root filesystem, network, cgroups and boot), address %s", cfg.Name, time.Since(start).Round(10*time.Millisecond), n.ip)
 	return n
 }
 
