@@ -75,17 +75,30 @@ func newNodeCgroups(name string) (*nodeCgroups, error) {
 	}
 	cg := &nodeCgroups{}
 	for _, h := range hs {
-		parent := filepath.Join(h, cgroupParent)
-		dir := filepath.Join(parent, name)
-		for _, d := range []string{parent, dir} {
-			if err := mkCgroup(d); err != nil {
-				_ = cg.remove()
-				return nil, err
-			}
+		dir := filepath.Join(h, cgroupParent, name)
+		if err := mkNodeCgroup(dir); err != nil {
+			_ = cg.remove()
+			return nil, err
 		}
 		cg.dirs = append(cg.dirs, dir)
 	}
 	return cg, nil
+}
+
+// mkNodeCgroup makes minilet-hosts/ (if need be) and the node's cgroup in
+// it. Another test process removes minilet-hosts/ when its last node goes,
+// which may fall between the two: then it starts over.
+func mkNodeCgroup(dir string) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if err = mkCgroup(filepath.Dir(dir)); err != nil {
+			continue
+		}
+		if err = mkCgroup(dir); err == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // mkCgroup makes a cgroup; a new cpuset cgroup starts with no CPUs and no
