@@ -62,7 +62,7 @@ conformance:
 # The real-hosts test bed (test/hosts, docs/hosts.md): node containers with
 # systemd as PID 1 under systemd-nspawn. Root only. The first run on a
 # machine installs mmdebstrap and systemd-container and builds the node
-# image (about a minute, cached in ~/.cache/minilet-hosts); then about 3 s.
+# image (about a minute, cached in ~/.cache/minilet-hosts); then 5-10 s.
 host-test:
 	$(GO) test -count=1 -v ./test/hosts/
 
