@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/minilet
 LINT := $(shell $(GO) env GOPATH)/bin/golangci-lint
 
-.PHONY: build test unit vet lint bench run cleanup install clean conformance
+.PHONY: build test unit vet lint bench run cleanup install clean conformance host-test
 
 # The agent starts container monitors from bin/minilet-monitor and enters
 # containers for execs through bin/minilet-exec (both next to it). The exec
@@ -61,6 +61,13 @@ conformance:
 		MINILET_CONFORMANCE_FOCUS='$(FOCUS)' MINILET_CONFORMANCE_SKIP='$(SKIP)' MINILET_CONFORMANCE_PROCS='$(PROCS)' \
 		MINILET_CONFORMANCE_REPORT_DIR='$(REPORT_DIR)' MINILET_CONFORMANCE_TIMEOUT='$(TIMEOUT)' \
 		$(GO) test -count=1 -v -timeout 6h -run '^TestNodeConformance$$' ./test/conformance/
+
+# The real-hosts test bed (test/hosts, docs/hosts.md): node containers with
+# systemd as PID 1 under systemd-nspawn. Root only. The first run on a
+# machine installs mmdebstrap and systemd-container and builds the node
+# image (about a minute, cached in ~/.cache/minilet-hosts); then 5-10 s.
+host-test:
+	$(GO) test -count=1 -v ./test/hosts/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 5x ./bench/

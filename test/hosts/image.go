@@ -1,0 +1,98 @@
+package hosts
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// imageScript builds (or finds cached) the node root filesystem and prints
+// its directory as the last line.
+const imageScript = "scripts/hosts-image.sh"
+
+var image struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// Image returns the directory of the node image (the read-only lower layer
+// of every node's overlay), building it on the first call of this process:
+// about a minute on a machine that has never built it, no time once cached
+// (scripts/hosts-image.sh keys the cache on its own content). The script's
+// progress goes to t's log, so a cold build says so.
+func Image(t testing.TB) (string, error) {
+	image.once.Do(func() { image.dir, image.err = buildImage(t) })
+	return image.dir, image.err
+}
+
+func buildImage(t testing.TB) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(filepath.Join(root, imageScript))
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return "", fmt.Errorf("node image: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("node image: starting %s: %w", imageScript, err)
+	}
+	tail := logLines(t, stderr)
+	if err := cmd.Wait(); err != nil {
+		return "", fmt.Errorf("node image: %s: %w; last output: %s", imageScript, err, tail())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	dir := lines[len(lines)-1]
+	if _, err := os.Stat(filepath.Join(dir, "lib/systemd/systemd")); err != nil {
+		return "", fmt.Errorf("node image: %s printed %q, which holds no systemd: %w", imageScript, dir, err)
+	}
+	return dir, nil
+}
+
+// logLines copies r to t's log line by line as it comes (a cold image build
+// is long, and the log should say what it waits on) and returns a function
+// giving the last lines, for an error message. It returns once r is
+// exhausted.
+func logLines(t testing.TB, r io.Reader) func() string {
+	var last []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		t.Log(sc.Text())
+		last = append(last, sc.Text())
+		if len(last) > 10 {
+			last = last[1:]
+		}
+	}
+	return func() string { return strings.Join(last, " | ") }
+}
+
+// repoRoot finds the repository from the working directory (go test runs
+// in the package's directory), so the package needs no configuration.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the repository: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, imageScript)); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("finding the repository: no " + imageScript + " above the working directory")
+		}
+		dir = parent
+	}
+}
