@@ -11,6 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/minilet/minilet/internal/testutil"
 )
 
 // fakeLogind stands in for systemd-logind, which this machine does not run
@@ -44,7 +46,9 @@ func (f *fakeLogind) Inhibit() (func(), error) {
 	return func() { once.Do(func() { f.mu.Lock(); f.held--; f.mu.Unlock() }) }, nil
 }
 
-func (f *fakeLogind) PrepareForShutdown(context.Context) (<-chan bool, error) { return f.announced, nil }
+func (f *fakeLogind) PrepareForShutdown(context.Context) (<-chan bool, error) {
+	return f.announced, nil
+}
 
 func (f *fakeLogind) locks() int { f.mu.Lock(); defer f.mu.Unlock(); return f.held }
 
@@ -112,7 +116,7 @@ func TestShutdownStopsPodsByPriorityThenReleasesTheLock(t *testing.T) {
 	stepped := make(chan struct{})
 	go func() { m.Step(ctx, true); close(stepped) }()
 	// "batch" does not stop: the regular group waits out its 20 s.
-	waitUntil(t, func() bool { return m.ShuttingDown() && len(pods.Active()) == 2 && clk.HasWaiters() })
+	testutil.WaitFor(t, "the regular group stopping, batch still running", func() bool { return m.ShuttingDown() && len(pods.Active()) == 2 && clk.HasWaiters() })
 	if ok, reason, msg := m.Admit(withUID(pod("new", 0, 1))); ok || reason != RejectReason || msg != RejectMessage {
 		t.Errorf("admission while shutting down: %v %q %q", ok, reason, msg)
 	}
@@ -151,16 +155,5 @@ func TestDisabledAndInvalid(t *testing.T) {
 	m.Stop()
 	if _, err := New(Config{Period: 10 * time.Second, CriticalPeriod: 20 * time.Second}); err == nil {
 		t.Error("a critical period longer than the whole is accepted")
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

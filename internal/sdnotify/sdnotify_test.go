@@ -12,6 +12,8 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/minilet/minilet/internal/testutil"
 )
 
 type recorder struct {
@@ -55,14 +57,14 @@ func TestWatchdogFollowsHealth(t *testing.T) {
 	}
 	n.Start(context.Background())
 	defer n.Stop()
-	waitFor(t, func() bool { return rec.count("WATCHDOG=1") == 1 })
+	testutil.WaitFor(t, "the first keep-alive", func() bool { return rec.count("WATCHDOG=1") == 1 })
 	clk.Step(10 * time.Second)
-	waitFor(t, func() bool { return rec.count("WATCHDOG=1") == 2 })
+	testutil.WaitFor(t, "a keep-alive at half the interval", func() bool { return rec.count("WATCHDOG=1") == 2 })
 	mu.Lock()
 	sick = errors.New("stuck")
 	mu.Unlock()
 	clk.Step(10 * time.Second)
-	waitFor(t, func() bool { return checked() == 3 })
+	testutil.WaitFor(t, "the health check at the next tick", func() bool { return checked() == 3 })
 	if got := rec.count("WATCHDOG=1"); got != 2 {
 		t.Fatalf("keep-alives while unhealthy: %d, want none beyond 2", got)
 	}
@@ -109,15 +111,4 @@ func TestReadyReachesTheNotifySocket(t *testing.T) {
 		t.Fatalf("read %q, %v", buf[:k], err)
 	}
 	_ = os.Remove(sock)
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
