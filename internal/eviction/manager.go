@@ -23,6 +23,7 @@ import (
 
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/events"
+	"github.com/minilet/minilet/internal/status"
 )
 
 // Reason is the pod status reason and event reason of an eviction, and
@@ -365,14 +366,4 @@ func (m *Manager) gracePeriod(th Threshold, pod *v1.Pod) int64 {
 }
 
 // evictedStatus is the final status of an evicted pod.
-func evictedStatus(msg string) v1.PodStatus {
-	return v1.PodStatus{
-		Phase:   v1.PodFailed,
-		Reason:  Reason,
-		Message: msg,
-		Conditions: []v1.PodCondition{{
-			Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
-			Reason: "TerminationByKubelet", Message: msg,
-		}},
-	}
-}
+func evictedStatus(msg string) v1.PodStatus { return status.TerminatedByKubelet(Reason, msg) }

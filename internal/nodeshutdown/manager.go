@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/events"
+	"github.com/minilet/minilet/internal/status"
 )
 
 // The kubelet's words.
@@ -266,17 +267,7 @@ func anyActive(active []*v1.Pod, uids map[types.UID]bool) bool {
 }
 
 // shutdownStatus is a stopped pod's final status, the kubelet's.
-func shutdownStatus() v1.PodStatus {
-	return v1.PodStatus{
-		Phase:   v1.PodFailed,
-		Reason:  Reason,
-		Message: Message,
-		Conditions: []v1.PodCondition{{
-			Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
-			Reason: "TerminationByKubelet", Message: Message,
-		}},
-	}
-}
+func shutdownStatus() v1.PodStatus { return status.TerminatedByKubelet(Reason, Message) }
 
 func (m *Manager) releaseLock() {
 	m.mu.Lock()

@@ -177,3 +177,18 @@ func findCondition(conds []v1.PodCondition, t v1.PodConditionType) *v1.PodCondit
 	}
 	return nil
 }
+
+// TerminatedByKubelet is the final status of a pod the node itself ends
+// (eviction, node shutdown): Failed with reason and message, and the
+// DisruptionTarget condition saying the kubelet did it.
+func TerminatedByKubelet(reason, message string) v1.PodStatus {
+	return v1.PodStatus{
+		Phase:   v1.PodFailed,
+		Reason:  reason,
+		Message: message,
+		Conditions: []v1.PodCondition{{
+			Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
+			Reason: "TerminationByKubelet", Message: message,
+		}},
+	}
+}
