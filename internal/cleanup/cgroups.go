@@ -2,14 +2,17 @@ package cleanup
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/minilet/minilet/internal/cm"
 	"github.com/minilet/minilet/internal/cm/cgroups"
+	"github.com/minilet/minilet/internal/cm/systemd"
 	"github.com/minilet/minilet/internal/cri/embedded/supervisor"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/hostlock"
@@ -50,6 +53,9 @@ func removeCgroups(cfg Config, rep *Report) error {
 				return err
 			}
 		}
+	}
+	if naming == cgroups.NamingSystemd {
+		stopSlices(cfg, root, rep)
 	}
 	var removed []string
 	for _, m := range mounts {
@@ -192,4 +198,32 @@ func joinPaths(ps []string) string {
 		out += p
 	}
 	return out
+}
+
+// stopSlices stops the systemd slices of cgroupDriver systemd (kubepods'
+// and the root's), so that systemd forgets them before their directories
+// go.
+func stopSlices(cfg Config, root cgroups.Name, rep *Report) {
+	files, err := cgroups.New(cgroups.Config{MountRoot: cfg.CgroupMountRoot, Naming: cgroups.NamingSystemd})
+	if err != nil {
+		rep.left("systemd slices: %v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := systemd.Connect(ctx, files)
+	if err != nil {
+		rep.left("systemd slices below %s: %v", cfg.CgroupRoot, err)
+		return
+	}
+	for _, n := range []cgroups.Name{root.Child("kubepods"), root} {
+		if len(n) == 0 {
+			continue
+		}
+		if err := d.StopSlice(ctx, n); err != nil {
+			rep.left("systemd slice %s: %v", d.Unit(n), err)
+			continue
+		}
+		rep.removed("systemd slice %s", d.Unit(n))
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/minilet/minilet/internal/cm/cgroups"
+	"github.com/minilet/minilet/internal/cm/systemd"
 	"github.com/minilet/minilet/internal/errdefs"
 	"github.com/minilet/minilet/internal/events"
 	"github.com/minilet/minilet/internal/hostlock"
@@ -138,6 +140,14 @@ func New(cfg Config) (*Manager, error) {
 		naming := cgroups.Naming(cfg.CgroupDriver)
 		if m.driver, err = cgroups.New(cgroups.Config{MountRoot: cfg.CgroupMountRoot, Naming: naming, Clock: m.clk}); err != nil {
 			return nil, fmt.Errorf("cgroup driver: %w", err)
+		}
+		// systemd's: the QoS and pod cgroups are slices systemd owns.
+		if naming == cgroups.NamingSystemd {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if m.driver, err = systemd.Connect(ctx, m.driver); err != nil {
+				return nil, fmt.Errorf("cgroupDriver: %w", err)
+			}
 		}
 	}
 	return m, nil

@@ -127,7 +127,7 @@ func (d *v2Driver) set(n Name, res *Resources) error {
 	}
 	dir := d.dir(n)
 	if res.CPUShares != nil {
-		w := sharesToWeight(*res.CPUShares)
+		w := SharesToWeight(*res.CPUShares)
 		if err := d.write(dir, "cpu.weight", strconv.FormatUint(w, 10)); err != nil {
 			return err
 		}
@@ -186,9 +186,9 @@ func limit(v int64) string {
 	return strconv.FormatInt(v, 10)
 }
 
-// sharesToWeight converts v1 cpu.shares to v2 cpu.weight, mapping
+// SharesToWeight converts v1 cpu.shares to v2 cpu.weight, mapping
 // [2, 262144] linearly onto [1, 10000] as the kubelet does.
-func sharesToWeight(shares uint64) uint64 {
+func SharesToWeight(shares uint64) uint64 {
 	if shares == 0 {
 		return 0
 	}

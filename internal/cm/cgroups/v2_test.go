@@ -142,8 +142,8 @@ func TestSharesToWeight(t *testing.T) {
 	for _, tc := range []struct{ shares, want uint64 }{
 		{0, 0}, {1, 1}, {2, 1}, {1024, 39}, {2048, 79}, {3072, 118}, {262144, 10000}, {102, 4},
 	} {
-		if got := sharesToWeight(tc.shares); got != tc.want {
-			t.Errorf("sharesToWeight(%d) = %d, want %d", tc.shares, got, tc.want)
+		if got := SharesToWeight(tc.shares); got != tc.want {
+			t.Errorf("SharesToWeight(%d) = %d, want %d", tc.shares, got, tc.want)
 		}
 	}
 }
