@@ -20,8 +20,9 @@ set -euo pipefail
 SUITE=bookworm
 # What a node needs to boot systemd and be a node: udev and kmod for systemd's
 # own units, dbus for systemctl, iproute2 and ping to look at the network,
-# procps for ps and free.
-PACKAGES=systemd-sysv,udev,dbus,kmod,iproute2,iputils-ping,procps
+# procps for ps and free, iptables for the bridge CNI plugin pods off the
+# host network use (minilet runs in the nodes).
+PACKAGES=systemd-sysv,udev,dbus,kmod,iproute2,iputils-ping,procps,iptables
 
 CACHE=${MINILET_HOSTS_CACHE:-${HOME:-/root}/.cache/minilet-hosts}
 say() { echo "hosts-image: $*" >&2; }
