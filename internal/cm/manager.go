@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -143,9 +142,8 @@ func New(cfg Config) (*Manager, error) {
 		}
 		// systemd's: the QoS and pod cgroups are slices systemd owns.
 		if naming == cgroups.NamingSystemd {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if m.driver, err = systemd.Connect(ctx, m.driver); err != nil {
+			// The connection lives as long as its context: the agent's.
+			if m.driver, err = systemd.Connect(context.Background(), m.driver); err != nil {
 				return nil, fmt.Errorf("cgroupDriver: %w", err)
 			}
 		}

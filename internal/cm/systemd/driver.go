@@ -44,7 +44,8 @@ type Driver struct {
 
 var _ cgroups.Driver = (*Driver)(nil)
 
-// Connect returns the driver over files, talking to the system's systemd.
+// Connect returns the driver over files, talking to the system's systemd
+// for as long as ctx lasts.
 // Without systemd as the init system it fails, as the kubelet's systemd
 // cgroup driver does.
 func Connect(ctx context.Context, files cgroups.Driver) (*Driver, error) {
