@@ -1,0 +1,116 @@
+package vm
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// imageScript builds (or finds cached) the VM image and prints its directory
+// as the last line.
+const imageScript = "scripts/vm-image.sh"
+
+// image is what scripts/vm-image.sh made: a kernel, an initrd, a root disk
+// image and the kernel command line to boot them with.
+type image struct {
+	kernel, initrd, rootfs string
+	cmdline                string
+}
+
+var cached struct {
+	once sync.Once
+	img  image
+	err  error
+}
+
+// getImage returns the VM image, building it on the first call of this
+// process: about a minute on a machine that has never built it, no time
+// once cached (scripts/vm-image.sh keys the cache on its own content). The
+// script's progress goes to t's log, so a cold build says so.
+func getImage(t testing.TB) (image, error) {
+	cached.once.Do(func() { cached.img, cached.err = buildImage(t) })
+	return cached.img, cached.err
+}
+
+func buildImage(t testing.TB) (image, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return image{}, err
+	}
+	cmd := exec.Command(filepath.Join(root, imageScript))
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return image{}, fmt.Errorf("VM image: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return image{}, fmt.Errorf("VM image: starting %s: %w", imageScript, err)
+	}
+	tail := logLines(t, stderr)
+	if err := cmd.Wait(); err != nil {
+		return image{}, fmt.Errorf("VM image: %s: %w; last output: %s", imageScript, err, tail())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	dir := lines[len(lines)-1]
+	img := image{
+		kernel: filepath.Join(dir, "vmlinuz"),
+		initrd: filepath.Join(dir, "initrd.img"),
+		rootfs: filepath.Join(dir, "rootfs.img"),
+	}
+	for _, f := range []string{img.kernel, img.initrd, img.rootfs} {
+		if _, err := os.Stat(f); err != nil {
+			return image{}, fmt.Errorf("VM image: %s printed %q, which is incomplete: %w", imageScript, dir, err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	if err != nil {
+		return image{}, fmt.Errorf("VM image: reading the kernel command line: %w", err)
+	}
+	img.cmdline = strings.TrimSpace(string(b))
+	return img, nil
+}
+
+// logLines copies r to t's log line by line as it comes (a cold image build
+// is long, and the log should say what it waits on) and returns a function
+// giving the last lines, for an error message. It returns once r is
+// exhausted.
+func logLines(t testing.TB, r io.Reader) func() string {
+	var last []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		t.Log(sc.Text())
+		last = append(last, sc.Text())
+		if len(last) > 10 {
+			last = last[1:]
+		}
+	}
+	return func() string { return strings.Join(last, " | ") }
+}
+
+// repoRoot finds the repository from the working directory (go test runs
+// in the package's directory), so the package needs no configuration.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the repository: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, imageScript)); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("finding the repository: no " + imageScript + " above the working directory")
+		}
+		dir = parent
+	}
+}
