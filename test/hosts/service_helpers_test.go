@@ -68,16 +68,20 @@ func unitProps(ctx context.Context, t *testing.T, n *Node, unit string, props ..
 }
 
 // writeManifest puts a static pod manifest into the node's manifest dir
-// (through a temporary name, so the agent never reads half of it).
+// with one rename. Not CopyIn straight there: its temporary file
+// (<name>.yaml.copy-in) would be read as a manifest of its own, and the
+// rename would then replace that pod (a new UID, a Killing event).
 func writeManifest(ctx context.Context, t *testing.T, n *Node, name, manifest string) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), name+".yaml")
 	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.CopyIn(ctx, f, "/etc/minilet/manifests/"+name+".yaml"); err != nil {
+	staged := "/etc/minilet/.staging/" + name + ".yaml" // same file system as the manifests
+	if err := n.CopyIn(ctx, f, staged); err != nil {
 		t.Fatal(err)
 	}
+	trimmed(ctx, t, n, "mv", staged, "/etc/minilet/manifests/"+name+".yaml")
 }
 
 // getPods lists the agent's pods with its own CLI inside the node.
