@@ -112,12 +112,14 @@ guest_files() {
 #!/bin/sh
 # vm-job: run the job on the second disk (/dev/vdb, made by test/vm): copy
 # /job/files/ over /, run /job/run.sh with bash in /job (stdout, stderr and
-# exit code to /job/out/; $OUT=/job/out/files is copied back to the host),
-# then power off. Its own messages go to the console.
+# exit code to /job/out/; $OUT=/job/out/files is copied back to the host)
+# once the boot is done, then power off. Its own messages go to the console.
 mount /dev/vdb /job || { echo "vm-job: cannot mount the job disk /dev/vdb"; systemctl poweroff --no-block; exit 1; }
 mkdir -p /job/out/files
 if [ -d /job/files ]; then cp -a /job/files/. / || echo "vm-job: copying the job's files in failed"; fi
-echo "vm-job: running /job/run.sh"
+# The boot's last jobs may still run next to this one: wait for them.
+state=$(systemctl is-system-running --wait)
+echo "vm-job: the system is $state; running /job/run.sh"
 cd /job && OUT=/job/out/files /bin/bash /job/run.sh </dev/null >/job/out/stdout 2>/job/out/stderr
 code=$?
 echo "$code" >/job/out/exit-code

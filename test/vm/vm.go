@@ -211,11 +211,19 @@ func boot(img image, disk, console string, job Job) (time.Duration, error) {
 	dur := time.Since(start)
 	switch {
 	case ctx.Err() != nil:
-		return dur, fmt.Errorf("the machine did not power off within %s; qemu killed (%s)", job.Timeout, bytes.TrimSpace(stderr.Bytes()))
+		return dur, fmt.Errorf("the machine did not power off within %s: qemu killed%s", job.Timeout, qemuSaid(stderr.Bytes()))
 	case err != nil:
-		return dur, fmt.Errorf("qemu: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+		return dur, fmt.Errorf("qemu: %w%s", err, qemuSaid(stderr.Bytes()))
 	}
 	return dur, nil
+}
+
+// qemuSaid is qemu's own output, if any, for an error message.
+func qemuSaid(b []byte) string {
+	if b = bytes.TrimSpace(b); len(b) == 0 {
+		return ""
+	}
+	return "; qemu said: " + string(b)
 }
 
 // readJobDisk copies the job disk's out/ to dir/out with debugfs and fills
