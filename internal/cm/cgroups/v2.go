@@ -71,22 +71,33 @@ func (d *v2Driver) Create(n Name, res *Resources) error {
 	return d.set(n, res)
 }
 
-// mkdirAll creates rel, enabling the controllers in each parent's
-// cgroup.subtree_control first (a child only gets the controllers its
-// parent delegates).
+// mkdirAll creates rel, enabling the controllers in every ancestor's
+// cgroup.subtree_control first, from the root down (a child only gets the
+// controllers its parent delegates, and a parent can only delegate what its
+// own parent does). Existing ancestors are delegated too: another writer
+// (the embedded runtime's driver, with fewer controllers, or systemd) may
+// have made them.
 func (d *v2Driver) mkdirAll(rel string) error {
 	if rel == "/" || rel == "." {
 		return nil
 	}
-	parent := filepath.Dir(rel)
-	pdir := filepath.Join(d.root, parent)
-	if _, err := os.Stat(pdir); err != nil {
-		if err := d.mkdirAll(parent); err != nil {
-			return err
+	var chain []string // ancestors, root first
+	for p := filepath.Dir(rel); ; p = filepath.Dir(p) {
+		chain = append([]string{p}, chain...)
+		if p == "/" || p == "." {
+			break
 		}
 	}
-	if err := d.delegate(pdir); err != nil {
-		return err
+	for _, a := range chain {
+		dir := filepath.Join(d.root, a)
+		if _, err := os.Stat(dir); err != nil {
+			if _, err := d.mkdir(dir); err != nil {
+				return err
+			}
+		}
+		if err := d.delegate(dir); err != nil {
+			return err
+		}
 	}
 	_, err := d.mkdir(filepath.Join(d.root, rel))
 	return err

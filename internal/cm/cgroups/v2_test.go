@@ -147,3 +147,36 @@ func TestSharesToWeight(t *testing.T) {
 		}
 	}
 }
+
+// An ancestor that exists already (made by another driver that delegated
+// fewer controllers, or by systemd) is delegated to as well, from the root
+// down: the kernel refuses "+cpuset" in a cgroup whose parent does not
+// delegate cpuset (seen on a real v2 host: ENOENT on the cgroup root's
+// subtree_control, the agent could not start).
+func TestV2DelegatesThroughExistingAncestors(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpuset cpu io memory pids\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("cpu memory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "minilet"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d, err := newV2(Config{MountRoot: root, Naming: NamingCgroupfs, Controllers: DefaultControllers, Clock: clock.RealClock{}}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Create(Name{"minilet", "kubepods"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, anc := range []string{root, filepath.Join(root, "minilet")} {
+		got := strings.Fields(readFile(t, anc, "cgroup.subtree_control"))
+		for _, c := range []string{"cpu", "memory", "pids", "cpuset"} {
+			if !has(got, c) {
+				t.Errorf("%s/cgroup.subtree_control = %v, missing %s", anc, got, c)
+			}
+		}
+	}
+}
