@@ -146,8 +146,12 @@ func runMonitor(dir string) int {
 			rec.Reason = ReasonError
 		}
 	}
-	if after := cgroups.OOMCount(spec.MemoryDir, spec.CgroupV2); oomBefore >= 0 && after > oomBefore && status.Signaled() && status.Signal() == syscall.SIGKILL {
-		rec.ExitCode, rec.Reason, rec.Message = 137, ReasonOOMKilled, "the container exceeded its memory limit"
+	// The kernel OOM-killed a process of the container's cgroup and the
+	// container failed: OOMKilled, as containerd reports it, whichever
+	// process the kernel chose (a shell's child, e.g., leaves the shell to
+	// exit 137 on its own).
+	if after := cgroups.OOMCount(spec.MemoryDir, spec.CgroupV2); oomBefore >= 0 && after > oomBefore && rec.ExitCode != 0 {
+		rec.Reason, rec.Message = ReasonOOMKilled, "the container exceeded its memory limit"
 	}
 	if err := statefile.WriteVolatile(filepath.Join(dir, FileExit), rec); err != nil {
 		fmt.Fprintln(os.Stderr, "monitor: write exit record:", err)
