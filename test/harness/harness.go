@@ -4,6 +4,7 @@
 package harness
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -77,6 +78,26 @@ func Binary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
+}
+
+// RepoRoot is the repository's root directory (found from this file's
+// path, whatever the test's working directory).
+func RepoRoot() string { return repoRoot() }
+
+// LogLines copies r to t's log line by line as it comes (a long build
+// should say what it waits on) and returns a function giving the last ten
+// lines, for an error message. It returns once r is exhausted.
+func LogLines(t testing.TB, r io.Reader) func() string {
+	var last []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		t.Log(sc.Text())
+		last = append(last, sc.Text())
+		if len(last) > 10 {
+			last = last[1:]
+		}
+	}
+	return func() string { return strings.Join(last, " | ") }
 }
 
 func repoRoot() string {

@@ -1,17 +1,16 @@
 package hosts
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/minilet/minilet/test/harness"
 )
 
 // imageScript builds (or finds cached) the node root filesystem and prints
@@ -35,10 +34,7 @@ func Image(t testing.TB) (string, error) {
 }
 
 func buildImage(t testing.TB) (string, error) {
-	root, err := repoRoot()
-	if err != nil {
-		return "", err
-	}
+	root := harness.RepoRoot()
 	cmd := exec.Command(filepath.Join(root, imageScript))
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
@@ -49,7 +45,7 @@ func buildImage(t testing.TB) (string, error) {
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("node image: starting %s: %w", imageScript, err)
 	}
-	tail := logLines(t, stderr)
+	tail := harness.LogLines(t, stderr)
 	if err := cmd.Wait(); err != nil {
 		return "", fmt.Errorf("node image: %s: %w; last output: %s", imageScript, err, tail())
 	}
@@ -59,40 +55,4 @@ func buildImage(t testing.TB) (string, error) {
 		return "", fmt.Errorf("node image: %s printed %q, which holds no systemd: %w", imageScript, dir, err)
 	}
 	return dir, nil
-}
-
-// logLines copies r to t's log line by line as it comes (a cold image build
-// is long, and the log should say what it waits on) and returns a function
-// giving the last lines, for an error message. It returns once r is
-// exhausted.
-func logLines(t testing.TB, r io.Reader) func() string {
-	var last []string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		t.Log(sc.Text())
-		last = append(last, sc.Text())
-		if len(last) > 10 {
-			last = last[1:]
-		}
-	}
-	return func() string { return strings.Join(last, " | ") }
-}
-
-// repoRoot finds the repository from the working directory (go test runs
-// in the package's directory), so the package needs no configuration.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the repository: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, imageScript)); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("finding the repository: no " + imageScript + " above the working directory")
-		}
-		dir = parent
-	}
 }

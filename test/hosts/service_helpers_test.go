@@ -26,10 +26,7 @@ func installMinilet(ctx context.Context, t *testing.T, n *Node, config string) {
 	t.Helper()
 	bin := filepath.Dir(harness.Binary(t))
 	cni := podnettest.BinDir(t)
-	root, err := repoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := harness.RepoRoot()
 	copies := [][2]string{
 		{filepath.Join(bin, "minilet"), "/usr/local/bin/minilet"},
 		{filepath.Join(bin, "minilet-monitor"), "/usr/local/bin/minilet-monitor"},

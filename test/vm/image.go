@@ -1,17 +1,16 @@
 package vm
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/minilet/minilet/test/harness"
 )
 
 // imageScript builds (or finds cached) the VM image and prints its directory
@@ -41,10 +40,7 @@ func getImage(t testing.TB) (image, error) {
 }
 
 func buildImage(t testing.TB) (image, error) {
-	root, err := repoRoot()
-	if err != nil {
-		return image{}, err
-	}
+	root := harness.RepoRoot()
 	cmd := exec.Command(filepath.Join(root, imageScript))
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
@@ -55,7 +51,7 @@ func buildImage(t testing.TB) (image, error) {
 	if err := cmd.Start(); err != nil {
 		return image{}, fmt.Errorf("VM image: starting %s: %w", imageScript, err)
 	}
-	tail := logLines(t, stderr)
+	tail := harness.LogLines(t, stderr)
 	if err := cmd.Wait(); err != nil {
 		return image{}, fmt.Errorf("VM image: %s: %w; last output: %s", imageScript, err, tail())
 	}
@@ -77,40 +73,4 @@ func buildImage(t testing.TB) (image, error) {
 	}
 	img.cmdline = strings.TrimSpace(string(b))
 	return img, nil
-}
-
-// logLines copies r to t's log line by line as it comes (a cold image build
-// is long, and the log should say what it waits on) and returns a function
-// giving the last lines, for an error message. It returns once r is
-// exhausted.
-func logLines(t testing.TB, r io.Reader) func() string {
-	var last []string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		t.Log(sc.Text())
-		last = append(last, sc.Text())
-		if len(last) > 10 {
-			last = last[1:]
-		}
-	}
-	return func() string { return strings.Join(last, " | ") }
-}
-
-// repoRoot finds the repository from the working directory (go test runs
-// in the package's directory), so the package needs no configuration.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("finding the repository: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, imageScript)); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("finding the repository: no " + imageScript + " above the working directory")
-		}
-		dir = parent
-	}
 }
