@@ -420,7 +420,7 @@ func TestShutdownGracePeriods(t *testing.T) {
 		t.Errorf("by priority %+v", c.ShutdownGracePeriodByPodPriority)
 	}
 	for file, want := range map[string]string{
-		header + "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n": "shutdownGracePeriodCriticalPods",
+		header + "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n":                                               "shutdownGracePeriodCriticalPods",
 		header + "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n- {priority: 0, shutdownGracePeriodSeconds: 20}\n": "shutdownGracePeriodByPodPriority",
 	} {
 		if _, err := load(t, file); err == nil || !strings.Contains(err.Error(), want) {
