@@ -100,6 +100,29 @@ func LogLines(t testing.TB, r io.Reader) func() string {
 	return func() string { return strings.Join(last, " | ") }
 }
 
+// RunScript runs a script of the repository (a path relative to its root)
+// that prints its result as the last line of its standard output, with its
+// standard error going to t's log line by line (a long build says what it
+// waits on), and returns that line.
+func RunScript(t testing.TB, script string) (string, error) {
+	cmd := exec.Command(filepath.Join(repoRoot(), script))
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", script, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("starting %s: %w", script, err)
+	}
+	tail := LogLines(t, stderr)
+	if err := cmd.Wait(); err != nil {
+		return "", fmt.Errorf("%s: %w; last output: %s", script, err, tail())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	return lines[len(lines)-1], nil
+}
+
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")

@@ -1,12 +1,9 @@
 package hosts
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
@@ -34,23 +31,10 @@ func Image(t testing.TB) (string, error) {
 }
 
 func buildImage(t testing.TB) (string, error) {
-	root := harness.RepoRoot()
-	cmd := exec.Command(filepath.Join(root, imageScript))
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	stderr, err := cmd.StderrPipe()
+	dir, err := harness.RunScript(t, imageScript)
 	if err != nil {
 		return "", fmt.Errorf("node image: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("node image: starting %s: %w", imageScript, err)
-	}
-	tail := harness.LogLines(t, stderr)
-	if err := cmd.Wait(); err != nil {
-		return "", fmt.Errorf("node image: %s: %w; last output: %s", imageScript, err, tail())
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	dir := lines[len(lines)-1]
 	if _, err := os.Stat(filepath.Join(dir, "lib/systemd/systemd")); err != nil {
 		return "", fmt.Errorf("node image: %s printed %q, which holds no systemd: %w", imageScript, dir, err)
 	}

@@ -1,10 +1,8 @@
 package vm
 
 import (
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -40,23 +38,10 @@ func getImage(t testing.TB) (image, error) {
 }
 
 func buildImage(t testing.TB) (image, error) {
-	root := harness.RepoRoot()
-	cmd := exec.Command(filepath.Join(root, imageScript))
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	stderr, err := cmd.StderrPipe()
+	dir, err := harness.RunScript(t, imageScript)
 	if err != nil {
 		return image{}, fmt.Errorf("VM image: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
-		return image{}, fmt.Errorf("VM image: starting %s: %w", imageScript, err)
-	}
-	tail := harness.LogLines(t, stderr)
-	if err := cmd.Wait(); err != nil {
-		return image{}, fmt.Errorf("VM image: %s: %w; last output: %s", imageScript, err, tail())
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	dir := lines[len(lines)-1]
 	img := image{
 		kernel: filepath.Join(dir, "vmlinuz"),
 		initrd: filepath.Join(dir, "initrd.img"),
